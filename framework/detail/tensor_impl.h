@@ -1,0 +1,33 @@
+#pragma once
+// Internal: what a Tensor handle points at. Included by .cpp files only.
+#include <memory>
+#include <string>
+
+#include "framework/storage.h"
+#include "framework/tensor.h"
+
+namespace tapegrad {
+
+/// Autograd identity of a tensor that requires grad.
+/// Note: a leaf's meta holds its accumulated .grad. A non-leaf's meta holds the gradient arriving during
+/// a backward pass, only until its producing record has consumed it. The tape points at metas
+/// (strongly for inputs, weakly for outputs); metas never point at records, so ownership runs one way
+/// and no destructor recurses along a long graph.
+struct AutogradMeta {
+  bool is_leaf = true;
+  Tensor grad;
+  const char* grad_fn = nullptr;     // producing op, for printing and errors
+  bool producer_released = false;    // its record ran backward without retain_graph
+  bool capture = false;              // autograd::grad() wants this tensor's gradient
+  Tensor captured_grad;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  std::int64_t numel = 0;
+  DType dtype = DType::Float32;
+  std::shared_ptr<AutogradMeta> autograd;  // null: does not require grad
+};
+
+}  // namespace tapegrad

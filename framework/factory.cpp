@@ -1,0 +1,136 @@
+// Tensor factories: constant fills, ranges, from host values, and random draws from a Generator.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "framework/detail/dispatch.h"
+#include "framework/detail/tensor_impl.h"
+#include "framework/tensor.h"
+
+namespace tapegrad {
+
+namespace {
+void check_shape(const Shape& shape, const char* op) {
+  for (auto extent : shape)
+    if (extent < 0) fail("{}: negative extent in shape {}", op, shape_string(shape));
+}
+
+Tensor finish(Tensor t, const TensorOptions& options) {
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+template <class Draw>
+Tensor fill_random(const Shape& shape, const TensorOptions& options, const char* op, Draw draw) {
+  Tensor t = empty(shape, options.dtype);
+  detail::dispatch_floating(options.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(draw());
+  });
+  return finish(t, options);
+}
+}  // namespace
+
+Tensor empty(const Shape& shape, DType dtype) {
+  check_shape(shape, "empty");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->numel = shape_numel(shape);
+  impl->dtype = dtype;
+  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(impl->numel) * element_size(dtype));
+  return Tensor(impl);
+}
+
+Tensor full(const Shape& shape, double value, TensorOptions options) {
+  Tensor t = empty(shape, options.dtype);
+  detail::dispatch_all(options.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>();
+    const T v = static_cast<T>(value);
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = v;
+  });
+  return finish(t, options);
+}
+
+Tensor zeros(const Shape& shape, TensorOptions options) {
+  Tensor t = empty(shape, options.dtype);
+  std::memset(t.raw_data(), 0, static_cast<std::size_t>(t.numel()) * element_size(options.dtype));
+  return finish(t, options);
+}
+Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor zeros_like(const Tensor& like) { return zeros(like.shape(), TensorOptions{}.with_dtype(like.dtype())); }
+Tensor ones_like(const Tensor& like) { return ones(like.shape(), TensorOptions{}.with_dtype(like.dtype())); }
+Tensor full_like(const Tensor& like, double value) {
+  return full(like.shape(), value, TensorOptions{}.with_dtype(like.dtype()));
+}
+Tensor scalar_tensor(double value, DType dtype) { return full({}, value, TensorOptions{}.with_dtype(dtype)); }
+
+Tensor arange(double start, double end, double step, DType dtype) {
+  if (step == 0) fail("arange: step must be non-zero");
+  const double count = std::ceil((end - start) / step);
+  const std::int64_t n = count > 0 ? static_cast<std::int64_t>(count) : 0;
+  Tensor t = empty({n}, dtype);
+  detail::dispatch_all(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+  return t;
+}
+Tensor arange(std::int64_t end, DType dtype) { return arange(0.0, static_cast<double>(end), 1.0, dtype); }
+
+namespace {
+template <class V>
+Tensor from_values(const std::vector<V>& values, const Shape& shape, TensorOptions options) {
+  check_shape(shape, "from_vector");
+  if (static_cast<std::int64_t>(values.size()) != shape_numel(shape))
+    fail("from_vector: {} values for shape {} ({} elements)", values.size(), shape_string(shape), shape_numel(shape));
+  Tensor t = empty(shape, options.dtype);
+  detail::dispatch_all(options.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>();
+    for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  });
+  return finish(t, options);
+}
+}  // namespace
+
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options) {
+  return from_values(values, shape, options);
+}
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options) {
+  return from_values(values, shape, options);
+}
+Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape) {
+  return from_values(values, shape, TensorOptions{}.with_dtype(DType::Int64));
+}
+Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions options) {
+  return from_values(std::vector<double>(values), shape, options);
+}
+
+Tensor rand(const Shape& shape, Generator& generator, TensorOptions options) {
+  return fill_random(shape, options, "rand", [&] { return generator.uniform01(); });
+}
+Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
+  return normal(shape, 0.0, 1.0, generator, options);
+}
+Tensor uniform(const Shape& shape, double low, double high, Generator& generator, TensorOptions options) {
+  if (!(low <= high)) fail("uniform: low {} must not exceed high {}", low, high);
+  return fill_random(shape, options, "uniform", [&] { return low + (high - low) * generator.uniform01(); });
+}
+Tensor normal(const Shape& shape, double mean, double stddev, Generator& generator, TensorOptions options) {
+  if (!(stddev >= 0)) fail("normal: stddev must be non-negative, got {}", stddev);
+  std::normal_distribution<double> distribution(mean, stddev);
+  return fill_random(shape, options, "normal", [&] { return distribution(generator.engine()); });
+}
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& generator) {
+  if (low >= high) fail("randint: low {} must be below high {}", low, high);
+  Tensor t = empty(shape, DType::Int64);
+  std::uniform_int_distribution<std::int64_t> distribution(low, high - 1);
+  std::int64_t* p = t.data<std::int64_t>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = distribution(generator.engine());
+  return t;
+}
+
+}  // namespace tapegrad
