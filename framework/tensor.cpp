@@ -129,6 +129,7 @@ Tensor Tensor::detach() const {
   check_defined("detach");
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->autograd = nullptr;
+  impl->is_buffer = false;
   return Tensor(impl);
 }
 
@@ -170,6 +171,10 @@ bool Tensor::requires_grad() const { return impl_ && impl_->autograd != nullptr;
 Tensor& Tensor::requires_grad_(bool requires_grad) {
   check_defined("requires_grad_");
   if (requires_grad) {
+    if (impl_->is_buffer)
+      fail("requires_grad_: tensor of shape {} is a module buffer; buffers are never differentiated (register it "
+           "as a parameter instead)",
+           shape_string(shape()));
     if (!is_floating(dtype()))
       fail("requires_grad_: only float32 and float64 tensors can require grad, got {}", dtype_name(dtype()));
     if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
@@ -206,6 +211,29 @@ std::string Tensor::grad_fn_name() const {
 std::uint64_t Tensor::version() const {
   check_defined("version");
   return impl_->storage->version();
+}
+
+void Tensor::set_data(const Tensor& source) {
+  check_defined("set_data");
+  source.check_defined("set_data");
+  if (source.impl_ == impl_) return;
+  if (requires_grad() && !is_floating(source.dtype()))
+    fail("set_data: a tensor that requires grad cannot take {} values", dtype_name(source.dtype()));
+  impl_->storage = source.impl_->storage;
+  impl_->shape = source.impl_->shape;
+  impl_->numel = source.impl_->numel;
+  impl_->dtype = source.impl_->dtype;
+  if (impl_->autograd && impl_->autograd->grad.defined() &&
+      (impl_->autograd->grad.shape() != impl_->shape || impl_->autograd->grad.dtype() != impl_->dtype))
+    impl_->autograd->grad = Tensor();
+}
+
+bool Tensor::is_buffer() const { return impl_ && impl_->is_buffer; }
+
+void Tensor::mark_as_buffer() {
+  check_defined("mark_as_buffer");
+  if (requires_grad()) fail("register_buffer: a buffer must not require grad (shape {})", shape_string(shape()));
+  impl_->is_buffer = true;
 }
 
 // ---- in-place ----

@@ -92,6 +92,15 @@ class Tensor {
   /// Same as reshape (storage is always contiguous).
   Tensor view(const Shape& shape) const { return reshape(shape); }
 
+  /// Replaces the values, shape and dtype behind this handle with `source`'s (sharing its storage), keeping
+  /// this tensor's identity, so every handle to it sees the change. Used by Module::to and clone. A .grad
+  /// of another shape or dtype is cleared.
+  void set_data(const Tensor& source);
+  /// True for module buffers: they can never require grad.
+  bool is_buffer() const;
+  /// Marks this tensor as a module buffer (Module::register_buffer does this).
+  void mark_as_buffer();
+
   /// True when both handles point at the same implementation.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   /// For the autograd machinery and ops.

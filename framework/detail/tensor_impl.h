@@ -28,6 +28,7 @@ struct TensorImpl {
   std::int64_t numel = 0;
   DType dtype = DType::Float32;
   std::shared_ptr<AutogradMeta> autograd;  // null: does not require grad
+  bool is_buffer = false;                  // module state that is never differentiated
 };
 
 }  // namespace tapegrad
