@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tapegrad needs, only when some are missing (so repeated runs are instant).
+#   bash scripts/setup.sh [--with-torch] [--with-mpi]
+#   --with-torch  libtorch (for the comparison benchmarks in bench/), python3-torch, OpenMP OpenBLAS
+#   --with-mpi    Open MPI (for framework/distributed and `mpirun` examples)
+set -euo pipefail
+
+packages=(build-essential cmake g++ libeigen3-dev libboost-serialization-dev libboost-iostreams-dev libfmt-dev
+          catch2 librapidcheck-dev libbenchmark-dev libcli11-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox)
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) packages+=(libtorch-dev python3-torch libopenblas0-openmp) ;;
+    --with-mpi) packages+=(libopenmpi-dev openmpi-bin) ;;
+    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (expected --with-torch or --with-mpi)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for package in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$package" 2>/dev/null || true)
+  [[ "$status" == "installed" ]] || missing+=("$package")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup.sh: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup.sh: installing ${#missing[@]} missing packages: ${missing[*]}"
+as_root=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then
+    as_root=(sudo)
+  else
+    echo "setup.sh: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
