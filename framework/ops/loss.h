@@ -37,9 +37,9 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 struct BceWithLogitsOptions {
   Reduction reduction = Reduction::Mean;
   /// Optional per-element rescaling, broadcast to the input's shape.
-  Tensor weight;
+  Tensor weight{};
   /// Optional weight of the positive term, broadcast to the input's shape (usually [C]).
-  Tensor pos_weight;
+  Tensor pos_weight{};
 };
 
 /// PyTorch's stable form: (1 - t) x + (1 + (pos_weight - 1) t) (log1p(exp(-|x|)) + max(-x, 0)), never
