@@ -1,0 +1,332 @@
+// Pooling. Max pooling saves the argmax of each window; its gradient is a scatter by those indices and
+// the scatter's gradient is the matching gather, so every order of derivative is one of the two.
+// Average pooling (fixed or adaptive windows) is linear: its gradient spreads each value back over its
+// window, and the gradient of that is the average again.
+#include "framework/ops/pool.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "framework/autograd/function.h"
+#include "framework/detail/dispatch.h"
+
+namespace tapegrad {
+
+namespace {
+
+// Below this many inner-loop steps a parallel region costs more than it saves.
+constexpr std::int64_t kParallelWork = 1 << 15;
+
+struct Planes {
+  std::int64_t count, h, w;  // N*C planes of h x w
+};
+
+Planes planes_of(const Shape& shape) { return {shape[0] * shape[1], shape[2], shape[3]}; }
+
+// Runs fn(batched input) for a 4-d input, or on a batch of one for a 3-d input, giving back 3-d results.
+template <class F>
+auto with_batch(const Tensor& input, const char* op, F fn) {
+  input.check_defined(op);
+  if (input.dim() == 4) return fn(input);
+  if (input.dim() != 3)
+    fail("{}: expected a 3-d [C, H, W] or 4-d [N, C, H, W] input, got {}", op, shape_string(input.shape()));
+  Shape batched{1};
+  batched.insert(batched.end(), input.shape().begin(), input.shape().end());
+  auto unbatch = [](const Tensor& t) { return t.reshape(Shape(t.shape().begin() + 1, t.shape().end())); };
+  auto result = fn(input.reshape(batched));
+  if constexpr (std::is_same_v<decltype(result), Tensor>)
+    return unbatch(result);
+  else
+    return decltype(result){unbatch(result.first), unbatch(result.second)};
+}
+
+// One dim's pooling geometry, checked with PyTorch's rules.
+std::int64_t pooled_size(const char* op, const Tensor& input, int dim, std::int64_t kernel, std::int64_t stride,
+                         std::int64_t padding, std::int64_t dilation, bool ceil_mode) {
+  const std::int64_t size = input.size(dim);
+  const std::int64_t span = size + 2 * padding - dilation * (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  std::int64_t out = span < 0 ? 0 : span / stride + 1;
+  if (ceil_mode && out > 0 && (out - 1) * stride >= size + padding) --out;
+  if (out < 1)
+    fail("{}: input {} is too small for a kernel of {} with padding {} and dilation {} along dim {}", op,
+         shape_string(input.shape()), kernel, padding, dilation, dim);
+  // Note: a dilated window can step over a small input entirely (kernel 2, dilation 2, padding 1 on one
+  // row). PyTorch then outputs -inf with an index outside the plane; here that is an error instead.
+  for (std::int64_t i = 0; i < out; ++i) {
+    bool sees_input = false;
+    for (std::int64_t k = 0; k < kernel && !sees_input; ++k) {
+      const std::int64_t at = i * stride - padding + k * dilation;
+      sees_input = at >= 0 && at < size;
+    }
+    if (!sees_input)
+      fail("{}: window {} along dim {} of input {} covers only padding (kernel {}, padding {}, dilation {})", op, i,
+           dim, shape_string(input.shape()), kernel, padding, dilation);
+  }
+  return out;
+}
+
+struct PoolGeometry {
+  std::int64_t oh, ow;
+};
+
+PoolGeometry check_pool(const char* op, const Tensor& input, IntPair kernel, IntPair stride, IntPair padding,
+                        IntPair dilation, bool ceil_mode) {
+  if (kernel.h < 1 || kernel.w < 1) fail("{}: kernel_size must be positive, got {}", op, kernel.str());
+  if (stride.h < 1 || stride.w < 1) fail("{}: stride must be positive, got {}", op, stride.str());
+  if (dilation.h < 1 || dilation.w < 1) fail("{}: dilation must be positive, got {}", op, dilation.str());
+  if (padding.h < 0 || padding.w < 0 || padding.h > kernel.h / 2 || padding.w > kernel.w / 2)
+    fail("{}: padding {} must be non-negative and at most half the kernel size {}", op, padding.str(), kernel.str());
+  return {pooled_size(op, input, 2, kernel.h, stride.h, padding.h, dilation.h, ceil_mode),
+          pooled_size(op, input, 3, kernel.w, stride.w, padding.w, dilation.w, ceil_mode)};
+}
+
+// ---- max pooling: find, scatter, gather ----
+
+template <class T>
+void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in, const PoolGeometry& g,
+                     IntPair kernel, IntPair stride, IntPair padding, IntPair dilation) {
+  const std::int64_t out_plane = g.oh * g.ow;
+#pragma omp parallel for schedule(static) if (in.count * out_plane * kernel.h * kernel.w >= kParallelWork)
+  for (std::int64_t p = 0; p < in.count; ++p) {
+    const T* src = x + p * in.h * in.w;
+    for (std::int64_t oh = 0; oh < g.oh; ++oh)
+      for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+        T best = -std::numeric_limits<T>::infinity();
+        std::int64_t best_index = -1;
+        for (std::int64_t ki = 0; ki < kernel.h; ++ki) {
+          const std::int64_t h = oh * stride.h - padding.h + ki * dilation.h;
+          if (h < 0 || h >= in.h) continue;
+          for (std::int64_t kj = 0; kj < kernel.w; ++kj) {
+            const std::int64_t w = ow * stride.w - padding.w + kj * dilation.w;
+            if (w < 0 || w >= in.w) continue;
+            const T v = src[h * in.w + w];
+            // Note: strict '>' keeps the first maximum; NaN always wins, as in PyTorch.
+            if (best_index < 0 || v > best || std::isnan(v)) {
+              best = v;
+              best_index = h * in.w + w;
+            }
+          }
+        }
+        out[p * out_plane + oh * g.ow + ow] = best;
+        indices[p * out_plane + oh * g.ow + ow] = best_index;
+      }
+  }
+}
+
+Tensor gather_planes(const Tensor& x, const Tensor& indices);
+
+// dx[plane][indices[plane][j]] += grad[plane][j]: the gradient of max pooling.
+Tensor scatter_planes(const Tensor& grad, const Tensor& indices, const Shape& input_shape) {
+  const Planes in = planes_of(input_shape);
+  const std::int64_t out_plane = indices.size(2) * indices.size(3);
+  Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
+  detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = grad.data<T>();
+    const std::int64_t* index = indices.data<std::int64_t>();
+    T* d = dx.data<T>();
+#pragma omp parallel for schedule(static) if (indices.numel() >= kParallelWork)
+    for (std::int64_t p = 0; p < in.count; ++p)
+      for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) d[p * in.h * in.w + index[j]] += g[j];
+  });
+  return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d_backward")](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{gather_planes(g, saved.get())};
+    };
+  });
+}
+
+// out[plane][j] = x[plane][indices[plane][j]]: the adjoint of scatter_planes.
+Tensor gather_planes(const Tensor& x, const Tensor& indices) {
+  const Planes in = planes_of(x.shape());
+  const std::int64_t out_plane = indices.size(2) * indices.size(3);
+  Tensor out = empty(indices.shape(), x.dtype());
+  detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = x.data<T>();
+    const std::int64_t* index = indices.data<std::int64_t>();
+    T* o = out.data<T>();
+    for (std::int64_t p = 0; p < in.count; ++p)
+      for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) o[j] = src[p * in.h * in.w + index[j]];
+  });
+  return record_if_needed("max_pool2d_gather", out, {x}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d_gather"), shape = x.shape()](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(g, saved.get(), shape)};
+    };
+  });
+}
+
+std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input, IntPair kernel, IntPair stride, IntPair padding,
+                                           IntPair dilation, bool ceil_mode) {
+  const PoolGeometry g = check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
+  const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};
+  Tensor indices = empty(out_shape, DType::Int64);
+  Tensor out = detail::dispatch_floating(input.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    Tensor result = empty(out_shape, input.dtype());
+    max_pool_kernel<T>(input.data<T>(), result.data<T>(), indices.data<std::int64_t>(), planes_of(input.shape()), g,
+                       kernel, stride, padding, dilation);
+    return result;
+  });
+  out = record_if_needed("max_pool2d", out, {input}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d"), shape = input.shape()](const Tensor& grad, NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(grad, saved.get(), shape)};
+    };
+  });
+  return {out, indices};
+}
+
+// ---- average pooling: separable windows ----
+
+// Output index i along one dim averages input [start[i], end[i]) with that dim's share of the divisor.
+// Note: PyTorch's divisors (window area with or without padding, adaptive window area) are all products
+// of a row factor and a column factor, so one separable description covers every average pool.
+struct AxisWindows {
+  std::vector<std::int64_t> start, end, divisor;
+};
+struct WindowPlan {
+  AxisWindows rows, cols;
+};
+using PlanPtr = std::shared_ptr<const WindowPlan>;
+
+template <class T, class F>
+void for_each_window(const WindowPlan& plan, const Planes& in, F fn) {
+  const std::int64_t oh = static_cast<std::int64_t>(plan.rows.start.size());
+  const std::int64_t ow = static_cast<std::int64_t>(plan.cols.start.size());
+#pragma omp parallel for schedule(static) if (in.count * in.h * in.w >= kParallelWork)
+  for (std::int64_t p = 0; p < in.count; ++p)
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j) {
+        const std::int64_t rs = plan.rows.start[i], re = plan.rows.end[i];
+        const std::int64_t cs = plan.cols.start[j], ce = plan.cols.end[j];
+        const std::int64_t divisor = plan.rows.divisor[i] * plan.cols.divisor[j];
+        fn(p * in.h * in.w, (p * oh + i) * ow + j, rs, re, cs, ce, divisor);
+      }
+}
+
+Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op);
+
+Tensor window_average(const Tensor& x, const PlanPtr& plan, const char* op) {
+  const Shape out_shape{x.size(0), x.size(1), static_cast<std::int64_t>(plan->rows.start.size()),
+                        static_cast<std::int64_t>(plan->cols.start.size())};
+  Tensor out = empty(out_shape, x.dtype());
+  detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = x.data<T>();
+    T* dst = out.data<T>();
+    const Planes in = planes_of(x.shape());
+    for_each_window<T>(*plan, in, [&](auto base, auto o, auto rs, auto re, auto cs, auto ce, auto divisor) {
+      T total = 0;
+      for (std::int64_t h = rs; h < re; ++h)
+        for (std::int64_t w = cs; w < ce; ++w) total += src[base + h * in.w + w];
+      dst[o] = (rs < re && cs < ce) ? total / static_cast<T>(divisor) : T(0);
+    });
+  });
+  return record_if_needed(op, out, {x}, [&] {
+    return [plan, shape = x.shape(), op](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{window_average_backward(g, plan, shape, op)};
+    };
+  });
+}
+
+Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op) {
+  Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
+  detail::dispatch_floating(grad.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = grad.data<T>();
+    T* d = dx.data<T>();
+    const Planes in = planes_of(input_shape);
+    // Note: each plane is written by one thread only, so overlapping windows do not race.
+    for_each_window<T>(*plan, in, [&](auto base, auto o, auto rs, auto re, auto cs, auto ce, auto divisor) {
+      if (rs >= re || cs >= ce) return;
+      const T share = g[o] / static_cast<T>(divisor);
+      for (std::int64_t h = rs; h < re; ++h)
+        for (std::int64_t w = cs; w < ce; ++w) d[base + h * in.w + w] += share;
+    });
+  });
+  const char* name = std::string_view(op) == "avg_pool2d" ? "avg_pool2d_backward" : "adaptive_avg_pool2d_backward";
+  return record_if_needed(name, dx, {grad}, [&] {
+    return [plan, op](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{window_average(g, plan, op)}; };
+  });
+}
+
+// PyTorch's avg_pool2d windows along one dim: the divisor counts the padding (but not a ceil-mode overhang
+// beyond it) unless count_include_pad is false, when it counts only the input positions.
+AxisWindows avg_windows(std::int64_t size, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+                        std::int64_t padding, bool count_include_pad) {
+  AxisWindows a;
+  for (std::int64_t i = 0; i < out; ++i) {
+    std::int64_t start = i * stride - padding;
+    std::int64_t end = std::min(start + kernel, size + padding);
+    const std::int64_t padded = end - start;
+    start = std::max<std::int64_t>(start, 0);
+    end = std::min(end, size);
+    a.start.push_back(start);
+    a.end.push_back(end);
+    a.divisor.push_back(count_include_pad ? padded : end - start);
+  }
+  return a;
+}
+
+AxisWindows adaptive_windows(std::int64_t size, std::int64_t out) {
+  AxisWindows a;
+  for (std::int64_t i = 0; i < out; ++i) {
+    a.start.push_back(i * size / out);
+    a.end.push_back(((i + 1) * size + out - 1) / out);
+    a.divisor.push_back(a.end.back() - a.start.back());
+  }
+  return a;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair kernel_size,
+                                                  std::optional<IntPair> stride, IntPair padding, IntPair dilation,
+                                                  bool ceil_mode) {
+  return with_batch(input, "max_pool2d", [&](const Tensor& x) {
+    return max_pool_batched(x, kernel_size, stride.value_or(kernel_size), padding, dilation, ceil_mode);
+  });
+}
+
+Tensor max_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPair> stride, IntPair padding,
+                  IntPair dilation, bool ceil_mode) {
+  return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode).first;
+}
+
+Tensor avg_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPair> stride, IntPair padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<std::int64_t> divisor_override) {
+  if (divisor_override && *divisor_override == 0) fail("avg_pool2d: divisor_override must be non-zero");
+  return with_batch(input, "avg_pool2d", [&](const Tensor& x) {
+    const IntPair s = stride.value_or(kernel_size);
+    const PoolGeometry g = check_pool("avg_pool2d", x, kernel_size, s, padding, 1, ceil_mode);
+    auto plan = std::make_shared<WindowPlan>();
+    plan->rows = avg_windows(x.size(2), g.oh, kernel_size.h, s.h, padding.h, count_include_pad);
+    plan->cols = avg_windows(x.size(3), g.ow, kernel_size.w, s.w, padding.w, count_include_pad);
+    if (divisor_override) {
+      std::fill(plan->rows.divisor.begin(), plan->rows.divisor.end(), *divisor_override);
+      std::fill(plan->cols.divisor.begin(), plan->cols.divisor.end(), 1);
+    }
+    return window_average(x, plan, "avg_pool2d");
+  });
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, IntPair output_size) {
+  if (output_size.h < 0 || output_size.w < 0)
+    fail("adaptive_avg_pool2d: output_size must be non-negative, got {}", output_size.str());
+  return with_batch(input, "adaptive_avg_pool2d", [&](const Tensor& x) {
+    if (x.size(2) < 1 || x.size(3) < 1)
+      fail("adaptive_avg_pool2d: expected a non-empty H x W plane, got input {}", shape_string(x.shape()));
+    auto plan = std::make_shared<WindowPlan>();
+    plan->rows = adaptive_windows(x.size(2), output_size.h);
+    plan->cols = adaptive_windows(x.size(3), output_size.w);
+    return window_average(x, plan, "adaptive_avg_pool2d");
+  });
+}
+
+}  // namespace tapegrad
