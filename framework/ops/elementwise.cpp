@@ -5,6 +5,7 @@
 
 #include "framework/autograd/function.h"
 #include "framework/detail/broadcast.h"
+#include "framework/detail/derivative.h"
 #include "framework/detail/dispatch.h"
 #include "framework/detail/unary.h"
 #include "framework/ops/reduction.h"
@@ -144,6 +145,102 @@ Tensor log(const Tensor& x) {
   Tensor out = detail::map_floating(x, "log", [](auto v) { return std::log(v); });
   return record_if_needed("log", out, {x}, [&] {
     return [sx = SavedTensor(x, "log")](const Tensor& g, NeedsGrad) { return grads(div(g, sx.get())); };
+  });
+}
+
+}  // namespace tapegrad
+
+// ---- powers, roots, magnitudes ----
+namespace tapegrad {
+
+Tensor pow(const Tensor& x, double exponent) {
+  Tensor out = exponent == 2.0 ? detail::map_floating(x, "pow", [](auto v) { return v * v; })
+                               : detail::map_floating(x, "pow", [exponent](auto v) {
+                                   return static_cast<decltype(v)>(std::pow(v, static_cast<decltype(v)>(exponent)));
+                                 });
+  return record_if_needed("pow", out, {x}, [&] {
+    return [sx = SavedTensor(x, "pow"), exponent](const Tensor& g, NeedsGrad) {
+      // d x^p / dx = p x^(p-1); p = 0 is a constant, whose gradient is zero (PyTorch returns zeros too)
+      if (exponent == 0.0) return grads(zeros_like(g));
+      if (exponent == 1.0) return grads(g);
+      return grads(mul(g, mul(pow(sx.get(), exponent - 1.0), exponent)));
+    };
+  });
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor out = detail::map_floating(x, "sqrt", [](auto v) { return std::sqrt(v); });
+  return record_if_needed("sqrt", out, {x}, [&] {
+    return [sx = SavedTensor(x, "sqrt"), values = SavedTensor(out.detach(), "sqrt")](const Tensor& g, NeedsGrad) {
+      return grads(detail::unary_backward(
+          g, values.get(), "sqrt", [](auto y) { return static_cast<decltype(y)>(0.5) / y; },
+          [&] { return rdiv(sqrt(sx.get()), 0.5); }));
+    };
+  });
+}
+
+Tensor square(const Tensor& x) {
+  Tensor out = detail::map_floating(x, "square", [](auto v) { return v * v; });
+  return record_if_needed("square", out, {x}, [&] {
+    return [sx = SavedTensor(x, "square")](const Tensor& g, NeedsGrad) { return grads(mul(g, mul(sx.get(), 2.0))); };
+  });
+}
+
+Tensor reciprocal(const Tensor& x) { return rdiv(x, 1.0); }
+
+Tensor sign(const Tensor& x) {
+  return detail::map_floating(x, "sign", [](auto v) {
+    using T = decltype(v);
+    return v > T(0) ? T(1) : (v < T(0) ? T(-1) : (v == T(0) ? T(0) : v));  // NaN stays NaN
+  });
+}
+
+Tensor abs(const Tensor& x) {
+  Tensor out = detail::map_floating(x, "abs", [](auto v) { return std::abs(v); });
+  return record_if_needed("abs", out, {x}, [&] {
+    return [sx = SavedTensor(x, "abs")](const Tensor& g, NeedsGrad) {
+      return grads(detail::unary_backward(
+          g, sx.get(), "abs",
+          [](auto v) {
+            using T = decltype(v);
+            return v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0));
+          },
+          [&] { return sign(sx.get()); }));
+    };
+  });
+}
+
+Tensor erf(const Tensor& x) {
+  Tensor out = detail::map_floating(x, "erf", [](auto v) { return std::erf(v); });
+  return record_if_needed("erf", out, {x}, [&] {
+    return [sx = SavedTensor(x, "erf")](const Tensor& g, NeedsGrad) {
+      constexpr double two_over_sqrt_pi = 1.1283791670955126;  // d erf(x)/dx = 2/sqrt(pi) exp(-x^2)
+      return grads(detail::unary_backward(
+          g, sx.get(), "erf",
+          [](auto v) { return static_cast<decltype(v)>(two_over_sqrt_pi * std::exp(-double(v) * double(v))); },
+          [&] { return mul(exp(neg(square(sx.get()))), two_over_sqrt_pi); }));
+    };
+  });
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  x.check_defined("clamp");
+  if (min && max && *min > *max) fail("clamp: min {} is greater than max {}", *min, *max);
+  const double lo = min.value_or(-INFINITY), hi = max.value_or(INFINITY);
+  // Note: written with < and > so that NaN passes through unchanged, as in PyTorch.
+  Tensor out = detail::map_floating(x, "clamp", [lo, hi](auto v) {
+    using T = decltype(v);
+    return v < T(lo) ? T(lo) : (v > T(hi) ? T(hi) : v);
+  });
+  return record_if_needed("clamp", out, {x}, [&] {
+    return [sx = SavedTensor(x, "clamp"), lo, hi](const Tensor& g, NeedsGrad) {
+      // The pass-through mask has no derivative, so the fused kernel serves both orders.
+      Tensor mask = detail::map_floating(sx.get(), "clamp", [lo, hi](auto v) {
+        using T = decltype(v);
+        return v >= T(lo) && v <= T(hi) ? T(1) : T(0);
+      });
+      return grads(mul(g, mask));
+    };
   });
 }
 
