@@ -1,0 +1,11 @@
+#pragma once
+/// How many threads tapegrad's kernels (OpenMP loops and Eigen products) may use.
+
+namespace tapegrad {
+
+/// Sets the thread count for OpenMP regions and Eigen's GEMM; must be at least 1.
+void set_num_threads(int num_threads);
+/// The current thread count (by default the hardware concurrency OpenMP reports).
+int get_num_threads();
+
+}  // namespace tapegrad
