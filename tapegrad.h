@@ -11,6 +11,7 @@
 #include "framework/gradcheck/gradcheck.h"
 #include "framework/module.h"
 #include "framework/ops/activation.h"
+#include "framework/ops/batch_norm.h"
 #include "framework/ops/compare.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/linalg.h"
@@ -19,3 +20,4 @@
 #include "framework/ops/softmax.h"
 #include "framework/parallel.h"
 #include "framework/tensor.h"
+#include "layers/batch_norm.h"
