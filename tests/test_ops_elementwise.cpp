@@ -154,6 +154,7 @@ TEST_CASE("tensor-scalar comparisons, and int64 comparisons give int64 masks") {
   CHECK(gt(x, 0.0).to_vector() == std::vector<double>{0, 0, 1});
   CHECK(ge(x, 2.5).to_vector() == std::vector<double>{0, 0, 1});
   CHECK(gt(x, 0.0).dtype() == DType::Float32);
+  CHECK(eq(tensor({0.1}, {1}), 0.1).item() == 1.0);  // the scalar is rounded to float32 first, as PyTorch
   const Tensor labels = from_vector(std::vector<std::int64_t>{1, 2, 3}, {3});
   const Tensor predicted = from_vector(std::vector<std::int64_t>{1, 0, 3}, {3});
   const Tensor hits = eq(labels, predicted);

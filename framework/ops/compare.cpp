@@ -1,6 +1,8 @@
 // Comparisons (masks, never recorded) and the two mask-driven selections with their backward rules.
 #include "framework/ops/compare.h"
 
+#include <type_traits>
+
 #include "framework/autograd/function.h"
 #include "framework/detail/broadcast.h"
 #include "framework/detail/dispatch.h"
@@ -35,8 +37,11 @@ Tensor compare(const Tensor& a, double b, const char* op, F f) {
     using T = decltype(tag);
     const T* in = a.data<T>();
     T* o = out.data<T>();
-    // Note: compared in double so that an int64 tensor against 2.5 means what it says
-    for (std::int64_t i = 0; i < a.numel(); ++i) o[i] = f(static_cast<double>(in[i]), b) ? T(1) : T(0);
+    // Note: as PyTorch's type promotion, a float tensor compares against the scalar rounded to its own
+    // dtype (float32 0.1f == 0.1 holds), and an int64 tensor compares in double (3 > 2.5 holds).
+    double scalar = b;
+    if constexpr (!std::is_same_v<T, std::int64_t>) scalar = static_cast<double>(static_cast<T>(b));
+    for (std::int64_t i = 0; i < a.numel(); ++i) o[i] = f(static_cast<double>(in[i]), scalar) ? T(1) : T(0);
   });
   return out;
 }
