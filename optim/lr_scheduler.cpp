@@ -1,5 +1,9 @@
 #include "optim/lr_scheduler.h"
 
+// Note: no fused multiply-adds in this file. Python evaluates PyTorch's schedules with one rounding per
+// operation; contracting a * b + c into one fma would change the last bit of the learning rates.
+#pragma GCC optimize("fp-contract=off")
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>

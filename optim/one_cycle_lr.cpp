@@ -1,5 +1,9 @@
 #include "optim/one_cycle_lr.h"
 
+// Note: no fused multiply-adds in this file. Python evaluates PyTorch's schedules with one rounding per
+// operation; contracting a * b + c into one fma would change the last bit of the learning rates.
+#pragma GCC optimize("fp-contract=off")
+
 #include <cmath>
 #include <numbers>
 
