@@ -12,9 +12,8 @@ Linear::Linear(LinearOptions options) : Module("Linear"), options_(options) {
     fail("Linear: in_features and out_features must be non-negative, got {} and {}", options.in_features,
          options.out_features);
   if (!is_floating(options.dtype)) fail("Linear: dtype must be float32 or float64, got {}", dtype_name(options.dtype));
-  const TensorOptions tensor_options = TensorOptions{}.with_dtype(options.dtype);
   weight = register_parameter("weight", empty({options.out_features, options.in_features}, options.dtype));
-  if (options.bias) bias = register_parameter("bias", empty({options.out_features}, tensor_options.dtype));
+  if (options.bias) bias = register_parameter("bias", empty({options.out_features}, options.dtype));
   // Note: the generator is only borrowed for construction; keeping the pointer would dangle in a clone.
   options_.generator = nullptr;
   reset_parameters(options.generator ? *options.generator : default_generator());

@@ -143,11 +143,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntr
     for (std::int64_t i = 0; i < in.rows; ++i) {
       const T* row = px + i * in.classes;
       // Note: subtracting the row maximum keeps every exp in (0, 1], so logits of 1e30 do not overflow.
-      const double m = static_cast<double>(*std::max_element(row, row + in.classes));
+      const T mt = *std::max_element(row, row + in.classes);
+      const double m = static_cast<double>(mt);
+      // exp in the element type (vectorisable), sums accumulated in double
       double total = 0.0, row_sum = 0.0;
       for (std::int64_t c = 0; c < in.classes; ++c) {
-        total += std::exp(static_cast<double>(row[c]) - m);
-        row_sum += static_cast<double>(row[c]) - m;
+        const T shifted = row[c] - mt;
+        total += static_cast<double>(std::exp(shifted));
+        row_sum += static_cast<double>(shifted);
       }
       const double log_total = std::log(total);
       pl[i] = static_cast<T>(m + log_total);
