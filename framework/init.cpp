@@ -14,7 +14,8 @@ namespace {
 // from the same seed agree up to rounding; copy_ writes in place, keeping the parameter's identity.
 Tensor overwrite(Tensor tensor, const Tensor& values, const char* op) {
   tensor.check_defined(op);
-  if (!is_floating(tensor.dtype())) fail("{}: expected a float32 or float64 tensor, got {}", op, dtype_name(tensor.dtype()));
+  if (!is_floating(tensor.dtype()))
+    fail("{}: expected a float32 or float64 tensor, got {}", op, dtype_name(tensor.dtype()));
   NoGradGuard no_grad;
   tensor.copy_(values.to(tensor.dtype()));
   return tensor;
@@ -35,32 +36,40 @@ std::int64_t fan_for(const Tensor& tensor, FanMode mode, const char* op) {
 double calculate_gain(Nonlinearity nonlinearity, double param) {
   switch (nonlinearity) {
     case Nonlinearity::Linear:
-    case Nonlinearity::Sigmoid: return 1.0;
-    case Nonlinearity::Tanh: return 5.0 / 3.0;
-    case Nonlinearity::ReLU: return std::sqrt(2.0);
-    case Nonlinearity::LeakyReLU: return std::sqrt(2.0 / (1.0 + param * param));
+    case Nonlinearity::Sigmoid:
+      return 1.0;
+    case Nonlinearity::Tanh:
+      return 5.0 / 3.0;
+    case Nonlinearity::ReLU:
+      return std::sqrt(2.0);
+    case Nonlinearity::LeakyReLU:
+      return std::sqrt(2.0 / (1.0 + param * param));
+    case Nonlinearity::SELU:
+      return 3.0 / 4.0;  // PyTorch's choice for self-normalising networks
   }
   fail("calculate_gain: unknown nonlinearity");
 }
 
 double calculate_gain(std::string_view nonlinearity, double param) {
-  static constexpr std::string_view linear_names[] = {"linear",          "conv1d",          "conv2d",         "conv3d",
-                                                      "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"};
+  static constexpr std::string_view linear_names[] = {
+      "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"};
   for (std::string_view name : linear_names)
     if (nonlinearity == name) return calculate_gain(Nonlinearity::Linear, param);
   if (nonlinearity == "sigmoid") return calculate_gain(Nonlinearity::Sigmoid, param);
   if (nonlinearity == "tanh") return calculate_gain(Nonlinearity::Tanh, param);
   if (nonlinearity == "relu") return calculate_gain(Nonlinearity::ReLU, param);
   if (nonlinearity == "leaky_relu") return calculate_gain(Nonlinearity::LeakyReLU, param);
+  if (nonlinearity == "selu") return calculate_gain(Nonlinearity::SELU, param);
   fail("calculate_gain: unsupported nonlinearity '{}'", std::string(nonlinearity));
 }
 
 std::pair<std::int64_t, std::int64_t> calculate_fan_in_and_fan_out(const Tensor& tensor) {
   tensor.check_defined("calculate_fan_in_and_fan_out");
   if (tensor.dim() < 2)
-    fail("calculate_fan_in_and_fan_out: fan in and fan out cannot be computed for a tensor with fewer than 2 "
-         "dimensions, got shape {}",
-         shape_string(tensor.shape()));
+    fail(
+        "calculate_fan_in_and_fan_out: fan in and fan out cannot be computed for a tensor with fewer than 2 "
+        "dimensions, got shape {}",
+        shape_string(tensor.shape()));
   std::int64_t receptive_field = 1;
   for (std::int64_t d = 2; d < tensor.dim(); ++d) receptive_field *= tensor.size(d);
   return {tensor.size(1) * receptive_field, tensor.size(0) * receptive_field};

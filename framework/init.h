@@ -15,12 +15,12 @@ namespace tapegrad::init {
 /// Which fan the Kaiming initialisers preserve: the forward pass's (fan_in) or the backward pass's (fan_out).
 enum class FanMode { FanIn, FanOut };
 /// The nonlinearity following the layer, for calculate_gain.
-enum class Nonlinearity { Linear, Sigmoid, Tanh, ReLU, LeakyReLU };
+enum class Nonlinearity { Linear, Sigmoid, Tanh, ReLU, LeakyReLU, SELU };
 
 /// torch.nn.init.calculate_gain: 1 for linear and sigmoid, 5/3 for tanh, sqrt(2) for relu,
-/// sqrt(2 / (1 + param^2)) for leaky_relu (param is the negative slope).
+/// sqrt(2 / (1 + param^2)) for leaky_relu (param is the negative slope), 3/4 for selu.
 double calculate_gain(Nonlinearity nonlinearity, double param = 0.01);
-/// The same with PyTorch's names: "linear", "sigmoid", "tanh", "relu", "leaky_relu" (and the conv names,
+/// The same with PyTorch's names: "linear", "sigmoid", "tanh", "relu", "leaky_relu", "selu" (and the conv names,
 /// which are linear); anything else is an error.
 double calculate_gain(std::string_view nonlinearity, double param = 0.01);
 /// (fan_in, fan_out) as PyTorch: dims 1 and 0 times the receptive field (product of dims 2..); needs >= 2 dims.
@@ -40,9 +40,10 @@ Tensor xavier_uniform_(Tensor tensor, double gain = 1.0, Generator& generator = 
 Tensor xavier_normal_(Tensor tensor, double gain = 1.0, Generator& generator = default_generator());
 /// He: U(-b, b) with b = gain * sqrt(3 / fan), gain = calculate_gain(nonlinearity, a).
 Tensor kaiming_uniform_(Tensor tensor, double a = 0.0, FanMode mode = FanMode::FanIn,
-                         Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator& generator = default_generator());
+                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU,
+                        Generator& generator = default_generator());
 /// He: N(0, std^2) with std = gain / sqrt(fan), gain = calculate_gain(nonlinearity, a).
 Tensor kaiming_normal_(Tensor tensor, double a = 0.0, FanMode mode = FanMode::FanIn,
-                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator& generator = default_generator());
+                       Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator& generator = default_generator());
 
 }  // namespace tapegrad::init

@@ -12,8 +12,14 @@ namespace tapegrad::nn {
 struct DropoutOptions {
   double p = 0.5;
   std::uint64_t seed = 5489u;
-  DropoutOptions& with_p(double value) { p = value; return *this; }
-  DropoutOptions& with_seed(std::uint64_t value) { seed = value; return *this; }
+  DropoutOptions& with_p(double value) {
+    p = value;
+    return *this;
+  }
+  DropoutOptions& with_seed(std::uint64_t value) {
+    seed = value;
+    return *this;
+  }
 };
 
 /// Note: each Dropout owns a Generator seeded from its options, so masks are reproducible and independent

@@ -11,7 +11,8 @@ LayerNorm::LayerNorm(LayerNormOptions options) : Module("LayerNorm"), options_(s
   for (auto e : options_.normalized_shape)
     if (e < 0) fail("LayerNorm: normalized_shape {} has a negative extent", shape_string(options_.normalized_shape));
   if (!(options_.eps > 0.0)) fail("LayerNorm: eps must be positive, got {}", options_.eps);
-  if (!is_floating(options_.dtype)) fail("LayerNorm: dtype must be float32 or float64, got {}", dtype_name(options_.dtype));
+  if (!is_floating(options_.dtype))
+    fail("LayerNorm: dtype must be float32 or float64, got {}", dtype_name(options_.dtype));
   if (options_.elementwise_affine) {
     const TensorOptions tensor_options = TensorOptions{}.with_dtype(options_.dtype);
     weight = register_parameter("weight", ones(options_.normalized_shape, tensor_options));

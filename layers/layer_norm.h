@@ -17,10 +17,22 @@ struct LayerNormOptions {
   /// With elementwise_affine, whether there is a bias (PyTorch 2.1's `bias` option).
   bool bias = true;
   DType dtype = DType::Float32;
-  LayerNormOptions& with_eps(double value) { eps = value; return *this; }
-  LayerNormOptions& with_elementwise_affine(bool on) { elementwise_affine = on; return *this; }
-  LayerNormOptions& with_bias(bool on) { bias = on; return *this; }
-  LayerNormOptions& with_dtype(DType d) { dtype = d; return *this; }
+  LayerNormOptions& with_eps(double value) {
+    eps = value;
+    return *this;
+  }
+  LayerNormOptions& with_elementwise_affine(bool on) {
+    elementwise_affine = on;
+    return *this;
+  }
+  LayerNormOptions& with_bias(bool on) {
+    bias = on;
+    return *this;
+  }
+  LayerNormOptions& with_dtype(DType d) {
+    dtype = d;
+    return *this;
+  }
 };
 
 /// Note: unlike BatchNorm, LayerNorm's statistics are per sample, computed fresh in every forward in both

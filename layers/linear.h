@@ -17,9 +17,18 @@ struct LinearOptions {
   DType dtype = DType::Float32;
   /// Where the initial values come from (default_generator() when null). Only used while constructing.
   Generator* generator = nullptr;
-  LinearOptions& with_bias(bool on) { bias = on; return *this; }
-  LinearOptions& with_dtype(DType d) { dtype = d; return *this; }
-  LinearOptions& with_generator(Generator& g) { generator = &g; return *this; }
+  LinearOptions& with_bias(bool on) {
+    bias = on;
+    return *this;
+  }
+  LinearOptions& with_dtype(DType d) {
+    dtype = d;
+    return *this;
+  }
+  LinearOptions& with_generator(Generator& g) {
+    generator = &g;
+    return *this;
+  }
 };
 
 /// A fully connected layer: weight [out_features, in_features], optional bias [out_features].

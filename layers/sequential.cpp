@@ -21,7 +21,8 @@ void Sequential::append(std::shared_ptr<Module> module) {
 }
 
 std::shared_ptr<Module> Sequential::at(std::size_t index) const {
-  if (index >= modules_.size()) fail("Sequential: index {} is out of range for a Sequential of size {}", index, modules_.size());
+  if (index >= modules_.size())
+    fail("Sequential: index {} is out of range for a Sequential of size {}", index, modules_.size());
   return modules_[index];
 }
 

@@ -19,8 +19,7 @@ class Sequential : public Module {
   explicit Sequential(const std::vector<std::shared_ptr<Module>>& modules);
 
   /// Appends a module under the next index name and returns it with its own type.
-  template <class M>
-  std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
+  template <class M> std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
     append(module);
     return module;
   }
@@ -28,8 +27,7 @@ class Sequential : public Module {
   std::shared_ptr<Module> at(std::size_t index) const;
   std::shared_ptr<Module> operator[](std::size_t index) const { return at(index); }
   /// The i-th module as type M; an error when it is of another type.
-  template <class M>
-  std::shared_ptr<M> at_as(std::size_t index) const {
+  template <class M> std::shared_ptr<M> at_as(std::size_t index) const {
     auto typed = std::dynamic_pointer_cast<M>(at(index));
     if (!typed) fail_wrong_type(index);
     return typed;

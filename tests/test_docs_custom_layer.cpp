@@ -33,9 +33,7 @@ class Standardize : public nn::Module {
   }
 
   std::string extra_repr() const override { return fmt::format("features={}", features_); }
-  std::shared_ptr<nn::Module> clone() const override {
-    return clone_into(std::make_shared<Standardize>(features_));
-  }
+  std::shared_ptr<nn::Module> clone() const override { return clone_into(std::make_shared<Standardize>(features_)); }
 
   Tensor gain, center, scale;
 
@@ -57,7 +55,7 @@ TEST_CASE("a custom layer: parameters train, buffers are state") {
   const Tensor center_before = standardize->center.clone();
   Tensor loss = cross_entropy(model(data), randint(0, 2, {64}));
   loss.backward();
-  CHECK(standardize->gain.grad().defined());  // gradients reach the parameter...
+  CHECK(standardize->gain.grad().defined());          // gradients reach the parameter...
   CHECK_FALSE(standardize->center.grad().defined());  // ...never a buffer
   CHECK(standardize->center.to_vector() == center_before.to_vector());
   CHECK_THROWS_WITH(model(zeros({4, 5})), "Standardize: expected input [N, 3], got [4, 5]");

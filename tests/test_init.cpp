@@ -39,6 +39,7 @@ TEST_CASE("gains match torch.nn.init.calculate_gain") {
   CHECK(init::calculate_gain("sigmoid") == 1.0);
   CHECK(init::calculate_gain("tanh") == 5.0 / 3.0);
   CHECK(init::calculate_gain("relu") == std::sqrt(2.0));
+  CHECK(init::calculate_gain("selu") == 0.75);
   CHECK(init::calculate_gain("leaky_relu") == std::sqrt(2.0 / (1.0 + 0.01 * 0.01)));
   CHECK(init::calculate_gain(init::Nonlinearity::LeakyReLU, std::sqrt(5.0)) == Approx(std::sqrt(1.0 / 3.0)));
   CHECK_THROWS_WITH(init::calculate_gain("swish"), "calculate_gain: unsupported nonlinearity 'swish'");

@@ -114,15 +114,33 @@ TEST_CASE("activation and Flatten modules have the right gradients") {
     const int which = *rc::gen::inRange(0, 9);
     std::shared_ptr<nn::Module> m;
     switch (which) {
-      case 0: m = std::make_shared<nn::ReLU>(); break;
-      case 1: m = std::make_shared<nn::LeakyReLU>(*rc::gen::element(0.01, 0.3)); break;
-      case 2: m = std::make_shared<nn::GELU>(); break;
-      case 3: m = std::make_shared<nn::GELU>("tanh"); break;
-      case 4: m = std::make_shared<nn::Sigmoid>(); break;
-      case 5: m = std::make_shared<nn::Tanh>(); break;
-      case 6: m = std::make_shared<nn::Softmax>(-1); break;
-      case 7: m = std::make_shared<nn::LogSoftmax>(-1); break;
-      default: m = std::make_shared<nn::Flatten>(0, -1); break;
+      case 0:
+        m = std::make_shared<nn::ReLU>();
+        break;
+      case 1:
+        m = std::make_shared<nn::LeakyReLU>(*rc::gen::element(0.01, 0.3));
+        break;
+      case 2:
+        m = std::make_shared<nn::GELU>();
+        break;
+      case 3:
+        m = std::make_shared<nn::GELU>("tanh");
+        break;
+      case 4:
+        m = std::make_shared<nn::Sigmoid>();
+        break;
+      case 5:
+        m = std::make_shared<nn::Tanh>();
+        break;
+      case 6:
+        m = std::make_shared<nn::Softmax>(-1);
+        break;
+      case 7:
+        m = std::make_shared<nn::LogSoftmax>(-1);
+        break;
+      default:
+        m = std::make_shared<nn::Flatten>(0, -1);
+        break;
     }
     if (which >= 6 && x.dim() == 0) RC_DISCARD("softmax and flatten need a dim");
     TAPEGRAD_RC_GRADCHECK([m](const std::vector<Tensor>& v) { return m->forward(v[0]); }, (std::vector<Tensor>{x}));
@@ -223,7 +241,8 @@ TEST_CASE("LayerNorm normalises each sample and has no buffers") {
   CHECK(allclose(norm(x), expected, 1e-12));  // eval changes nothing: statistics are per sample
   CHECK(norm.extra_repr() == "normalized_shape=[3], eps=1e-05, elementwise_affine=true");
   CHECK_THROWS_WITH(norm(zeros({2, 4}, f64())), "LayerNorm: expected input [*, 3], got [2, 4]");
-  CHECK_THROWS_WITH(layer_norm(zeros({2, 4}), {3, 4}), "layer_norm: expected input [*, 3, 4] for normalized_shape [3, 4], got [2, 4]");
+  CHECK_THROWS_WITH(layer_norm(zeros({2, 4}), {3, 4}),
+                    "layer_norm: expected input [*, 3, 4] for normalized_shape [3, 4], got [2, 4]");
   nn::LayerNorm plain(nn::LayerNormOptions{{2, 3}}.with_elementwise_affine(false));
   CHECK(plain.parameters().empty());
   CHECK(plain.state().empty());
@@ -301,7 +320,8 @@ TEST_CASE("Sequential chains forward, and an empty one is the identity") {
   CHECK(identical(model(x), tanh((*a)(x))));
   nn::Sequential empty;
   CHECK(empty(x).is_same(x));
-  CHECK_THROWS_WITH(empty.push_back(std::shared_ptr<nn::Module>()), "Sequential: cannot append a null module at index 0");
+  CHECK_THROWS_WITH(empty.push_back(std::shared_ptr<nn::Module>()),
+                    "Sequential: cannot append a null module at index 0");
 }
 
 TEST_CASE("Sequential clone is deep and keeps training flags") {

@@ -18,29 +18,29 @@ Tensor labels_of(std::vector<std::int64_t> values) {
 
 // The two rows used by the known-value tests: log-sum-exp by hand.
 const double lse_123 = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));  // 3.4076059644...
-const double nll_row0 = lse_123 - 3.0;                                              // label 2 of [1, 2, 3]
-const double nll_row1 = std::log(2.0);                                              // label 0 of [0, 0]
+const double nll_row0 = lse_123 - 3.0;                                           // label 2 of [1, 2, 3]
+const double nll_row1 = std::log(2.0);                                           // label 0 of [0, 0]
 
 // N rows of C logits and labels in [0, C), some replaced by ignore_index but row 0 always counted.
 struct Classification {
   Tensor logits, labels;
 };
 rc::Gen<Classification> classification(bool allow_ignored) {
-  return rc::gen::mapcat(rc::gen::pair(rc::gen::inRange<std::int64_t>(1, 5), rc::gen::inRange<std::int64_t>(1, 5)),
-                         [allow_ignored](std::pair<std::int64_t, std::int64_t> nc) {
-                           const auto [n, c] = nc;
-                           return rc::gen::map(
-                               rc::gen::pair(gen::tensor_of_shape({n, c}, -3.0, 3.0),
-                                             rc::gen::container<std::vector<std::int64_t>>(
-                                                 static_cast<std::size_t>(n),
-                                                 rc::gen::inRange<std::int64_t>(allow_ignored ? -1 : 0, c))),
-                               [n](std::pair<Tensor, std::vector<std::int64_t>> p) {
-                                 if (p.second[0] < 0) p.second[0] = 0;
-                                 for (auto& y : p.second)
-                                   if (y < 0) y = -100;
-                                 return Classification{p.first, from_vector(p.second, {n})};
-                               });
-                         });
+  return rc::gen::mapcat(
+      rc::gen::pair(rc::gen::inRange<std::int64_t>(1, 5), rc::gen::inRange<std::int64_t>(1, 5)),
+      [allow_ignored](std::pair<std::int64_t, std::int64_t> nc) {
+        const auto [n, c] = nc;
+        return rc::gen::map(
+            rc::gen::pair(gen::tensor_of_shape({n, c}, -3.0, 3.0),
+                          rc::gen::container<std::vector<std::int64_t>>(
+                              static_cast<std::size_t>(n), rc::gen::inRange<std::int64_t>(allow_ignored ? -1 : 0, c))),
+            [n](std::pair<Tensor, std::vector<std::int64_t>> p) {
+              if (p.second[0] < 0) p.second[0] = 0;
+              for (auto& y : p.second)
+                if (y < 0) y = -100;
+              return Classification{p.first, from_vector(p.second, {n})};
+            });
+      });
 }
 rc::Gen<Reduction> reduction() { return rc::gen::element(Reduction::None, Reduction::Mean, Reduction::Sum); }
 }  // namespace
@@ -76,7 +76,8 @@ TEST_CASE("ignore_index rows count for nothing, and mean divides by the rest") {
                  1e-14));
   // with smoothing, the smoothing term of an ignored row is dropped too
   const double smooth0 = 0.8 * nll_row0 + 0.2 * (lse_123 - 2.0), smooth2 = row2;
-  CHECK(cross_entropy(logits, labels, {.label_smoothing = 0.2}).item() == Approx((smooth0 + smooth2) / 2).epsilon(1e-14));
+  CHECK(cross_entropy(logits, labels, {.label_smoothing = 0.2}).item() ==
+        Approx((smooth0 + smooth2) / 2).epsilon(1e-14));
   CHECK(cross_entropy(logits, labels_of({2, 5, 1}), {.ignore_index = 5}).item() ==
         Approx((nll_row0 + row2) / 2).epsilon(1e-14));
   // PyTorch: mean over zero counted rows is 0/0
@@ -99,9 +100,10 @@ TEST_CASE("cross_entropy gradient is (softmax - onehot) / N") {
   Tensor logits = tensor({1, 2, 3, 0, 0, 0}, {2, 3}, f64_grad());
   cross_entropy(logits, labels_of({2, 0})).backward();
   const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
-  CHECK(allclose(logits.grad(), tensor({std::exp(1.0) / z / 2, std::exp(2.0) / z / 2, (std::exp(3.0) / z - 1) / 2,
-                                        (1.0 / 3 - 1) / 2, 1.0 / 6, 1.0 / 6},
-                                       {2, 3}, f64()),
+  CHECK(allclose(logits.grad(),
+                 tensor({std::exp(1.0) / z / 2, std::exp(2.0) / z / 2, (std::exp(3.0) / z - 1) / 2, (1.0 / 3 - 1) / 2,
+                         1.0 / 6, 1.0 / 6},
+                        {2, 3}, f64()),
                  1e-12));
 }
 
@@ -113,7 +115,8 @@ TEST_CASE("cross_entropy and nll_loss report bad inputs") {
                     "cross_entropy: expected labels [2] for input [2, 3], got [3]");
   CHECK_THROWS_WITH(cross_entropy(logits, labels_of({0, 3})),
                     "cross_entropy: label 3 at row 1 is out of range for 3 classes");
-  CHECK_THROWS_WITH(cross_entropy(logits, zeros({2})), "cross_entropy: labels must be int64 class indices, got float32");
+  CHECK_THROWS_WITH(cross_entropy(logits, zeros({2})),
+                    "cross_entropy: labels must be int64 class indices, got float32");
   CHECK_THROWS_WITH(cross_entropy(logits, labels_of({0, 1}), {.label_smoothing = 1.5}),
                     "cross_entropy: label_smoothing must be in [0, 1], got 1.5");
   CHECK_THROWS_WITH(nll_loss(logits, labels_of({-1, 0})), "nll_loss: label -1 at row 0 is out of range for 3 classes");
@@ -151,7 +154,8 @@ TEST_CASE("binary_cross_entropy_with_logits matches the naive formula and stays 
     const double s = 1 / (1 + std::exp(-x.at({i})));
     expected -= t.at({i}) * std::log(s) + (1 - t.at({i})) * std::log(1 - s);
   }
-  CHECK(binary_cross_entropy_with_logits(x, t, {.reduction = Reduction::Sum}).item() == Approx(expected).epsilon(1e-14));
+  CHECK(binary_cross_entropy_with_logits(x, t, {.reduction = Reduction::Sum}).item() ==
+        Approx(expected).epsilon(1e-14));
   // pos_weight multiplies the positive term: -[pw t log s + (1 - t) log(1 - s)]
   const Tensor pw = tensor({3.0}, {1}, f64());
   double weighted = 0;

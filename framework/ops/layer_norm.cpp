@@ -21,9 +21,10 @@ void check_layer_norm(const Tensor& x, const Shape& normalized_shape, const Tens
   if (normalized_shape.empty()) fail("layer_norm: expected normalized_shape to be at least 1-dimensional");
   const auto k = normalized_shape.size();
   const Shape& s = x.shape();
-  if (s.size() < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), s.end() - static_cast<std::ptrdiff_t>(k)))
-    fail("layer_norm: expected input [*, {}] for normalized_shape {}, got {}",
-         fmt::join(normalized_shape, ", "), shape_string(normalized_shape), shape_string(s));
+  if (s.size() < k ||
+      !std::equal(normalized_shape.begin(), normalized_shape.end(), s.end() - static_cast<std::ptrdiff_t>(k)))
+    fail("layer_norm: expected input [*, {}] for normalized_shape {}, got {}", fmt::join(normalized_shape, ", "),
+         shape_string(normalized_shape), shape_string(s));
   for (const auto& [name, t] : {std::pair{"weight", &weight}, std::pair{"bias", &bias}}) {
     if (!t->defined()) continue;
     if (t->shape() != normalized_shape)
@@ -42,7 +43,8 @@ std::vector<std::int64_t> trailing_dims(std::size_t k) {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
   check_layer_norm(x, normalized_shape, weight, bias);
   const std::int64_t width = shape_numel(normalized_shape);
   const std::int64_t rows = width == 0 ? 0 : x.numel() / width;
@@ -81,10 +83,11 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   const std::size_t bias_index = bias.defined() ? inputs.size() : 0;
   if (bias.defined()) inputs.push_back(bias);
   return record_if_needed("layer_norm", out, inputs, [&] {
-    return [sx = SavedTensor(x, "layer_norm"), sw = weight.defined() ? SavedTensor(weight, "layer_norm") : SavedTensor(),
+    return [sx = SavedTensor(x, "layer_norm"),
+            sw = weight.defined() ? SavedTensor(weight, "layer_norm") : SavedTensor(),
             smean = SavedTensor(mean_t, "layer_norm"), srstd = SavedTensor(rstd_t, "layer_norm"), normalized_shape, eps,
-            has_weight = weight.defined(), has_bias = bias.defined(), weight_index, bias_index, n_inputs = inputs.size(),
-            rows, width](const Tensor& g, NeedsGrad needs) {
+            has_weight = weight.defined(), has_bias = bias.defined(), weight_index, bias_index,
+            n_inputs = inputs.size(), rows, width](const Tensor& g, NeedsGrad needs) {
       std::vector<Tensor> grads(n_inputs);
       const Tensor& xv = sx.get();
       if (is_grad_enabled()) {

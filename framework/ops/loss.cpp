@@ -21,9 +21,12 @@ namespace {
 
 Tensor reduce(const Tensor& per_element, Reduction reduction) {
   switch (reduction) {
-    case Reduction::None: return per_element;
-    case Reduction::Mean: return mean(per_element);
-    case Reduction::Sum: return sum(per_element);
+    case Reduction::None:
+      return per_element;
+    case Reduction::Mean:
+      return mean(per_element);
+    case Reduction::Sum:
+      return sum(per_element);
   }
   fail("loss: unknown reduction");
 }
@@ -37,13 +40,15 @@ struct RowLossInputs {
   std::int64_t valid = 0;
 };
 
-RowLossInputs check_row_loss(const char* op, const Tensor& scores, const Tensor& labels, const CrossEntropyOptions& options) {
+RowLossInputs check_row_loss(const char* op, const Tensor& scores, const Tensor& labels,
+                             const CrossEntropyOptions& options) {
   scores.check_defined(op);
   labels.check_defined(op);
   if (scores.dim() != 2)
     fail("{}: expected input [N, C] and labels [N], got {} and {}", op, shape_string(scores.shape()),
          shape_string(labels.shape()));
-  if (labels.dtype() != DType::Int64) fail("{}: labels must be int64 class indices, got {}", op, dtype_name(labels.dtype()));
+  if (labels.dtype() != DType::Int64)
+    fail("{}: labels must be int64 class indices, got {}", op, dtype_name(labels.dtype()));
   if (labels.dim() != 1 || labels.size(0) != scores.size(0))
     fail("{}: expected labels [{}] for input {}, got {}", op, scores.size(0), shape_string(scores.shape()),
          shape_string(labels.shape()));
@@ -61,8 +66,7 @@ RowLossInputs check_row_loss(const char* op, const Tensor& scores, const Tensor&
       in.labels[static_cast<std::size_t>(i)] = -1;
       continue;
     }
-    if (y < 0 || y >= in.classes)
-      fail("{}: label {} at row {} is out of range for {} classes", op, y, i, in.classes);
+    if (y < 0 || y >= in.classes) fail("{}: label {} at row {} is out of range for {} classes", op, y, i, in.classes);
     in.labels[static_cast<std::size_t>(i)] = y;
     ++in.valid;
   }
@@ -81,9 +85,8 @@ std::vector<double> row_weights(const RowLossInputs& in, Reduction reduction) {
 }
 
 // Per-row losses folded by the reduction into a [N] or 0-dim tensor of dtype T.
-template <class T>
-Tensor fold_rows(const std::vector<double>& row_loss, const std::vector<double>& weights, const RowLossInputs& in,
-                 Reduction reduction) {
+template <class T> Tensor fold_rows(const std::vector<double>& row_loss, const std::vector<double>& weights,
+                                    const RowLossInputs& in, Reduction reduction) {
   if (reduction == Reduction::None) {
     Tensor out = empty({static_cast<std::int64_t>(row_loss.size())}, dtype_of<T>());
     T* po = out.data<T>();
@@ -250,7 +253,8 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   return reduce(abs(sub(input, target)), reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const BceWithLogitsOptions& options) {
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        const BceWithLogitsOptions& options) {
   const char* op = "binary_cross_entropy_with_logits";
   input.check_defined(op);
   target.check_defined(op);
@@ -290,8 +294,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   if (has_pos_weight) inputs.push_back(pos_weight);
   out = record_if_needed(op, out, inputs, [&] {
     return [sx = SavedTensor(input, op), st = SavedTensor(target, op),
-            sp = has_pos_weight ? SavedTensor(pos_weight, op) : SavedTensor(), has_pos_weight](const Tensor& g,
-                                                                                            NeedsGrad needs) {
+            sp = has_pos_weight ? SavedTensor(pos_weight, op) : SavedTensor(),
+            has_pos_weight](const Tensor& g, NeedsGrad needs) {
       const Tensor& x = sx.get();
       const Tensor& t = st.get();
       std::vector<Tensor> grads(has_pos_weight ? 3 : 2);
