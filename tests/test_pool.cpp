@@ -194,6 +194,14 @@ TEST_CASE("max_pool2d sends the gradient to the first maximum of a tie") {
   CHECK(z.grad().to_vector() == std::vector<double>{0, 2, 0, 0, 0, 0});
 }
 
+TEST_CASE("max_pool2d propagates NaN, pointing at the last NaN of the window as PyTorch does") {
+  const double nan = std::nan("");
+  const auto [y, indices] = max_pool2d_with_indices(tensor({nan, 9, nan, 1}, {1, 1, 2, 2}, f64()), 2);
+  CHECK(std::isnan(y.item()));
+  CHECK(indices.item() == 2.0);
+  CHECK(max_pool2d(tensor({1, 9, 3, 1}, {1, 1, 2, 2}, f64()), 2).item() == 9.0);
+}
+
 TEST_CASE("max_pool2d never picks the padding, even over negative values") {
   const Tensor x = full({1, 1, 2, 2}, -7.0, f64());
   CHECK(max_pool2d(x, 3, 1, 1).to_vector() == std::vector<double>{-7, -7, -7, -7});

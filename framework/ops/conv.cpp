@@ -129,9 +129,11 @@ void im2col(const T* x, T* col, const Geometry& g) {
       [&](std::int64_t dst, std::int64_t src, std::int64_t lo, std::int64_t hi) {
         T* out = col + dst;
         std::fill(out, out + lo, T(0));
-        if (sw == 1)
-          std::copy(x + (src + lo), x + (src + hi), out + lo);
-        else
+        // Note: rows are short (a 14-pixel feature map row), so an inlined loop beats a memmove call.
+        if (sw == 1) {
+          const T* in = x + (src + lo);
+          for (std::int64_t j = 0; j < hi - lo; ++j) out[lo + j] = in[j];
+        } else
           for (std::int64_t j = lo; j < hi; ++j) out[j] = x[src + j * sw];
         std::fill(out + hi, out + ow, T(0));
       },
@@ -145,7 +147,12 @@ void col2im(const T* col, T* x, const Geometry& g) {
       g,
       [&](std::int64_t dst, std::int64_t src, std::int64_t lo, std::int64_t hi) {
         const T* in = col + dst;
-        for (std::int64_t j = lo; j < hi; ++j) x[src + j * sw] += in[j];
+        if (sw == 1) {
+          T* out = x + (src + lo);
+          for (std::int64_t j = 0; j < hi - lo; ++j) out[j] += in[lo + j];
+        } else {
+          for (std::int64_t j = lo; j < hi; ++j) x[src + j * sw] += in[j];
+        }
       },
       [](std::int64_t) {});
 }
@@ -198,10 +205,33 @@ void forward_kernel(const T* x, const T* w, const T* b, T* out, const Geometry& 
   });
 }
 
+// Note: with unit stride the input gradient is itself a convolution: grad_output, padded by
+// dil*(k-1) - pad, correlated with the weight flipped in space and with its two channel dims swapped.
+// That path copies (im2col) instead of scatter-adding (col2im), which is faster.
+template <class T>
+bool input_grad_as_conv(const T* gout, const T* w, T* dx, const Geometry& g) {
+  const auto& p = g.p;
+  const std::int64_t pad_h = p.dilation.h * (g.kh - 1) - p.padding.h, pad_w = p.dilation.w * (g.kw - 1) - p.padding.w;
+  if (p.stride.h != 1 || p.stride.w != 1 || pad_h < 0 || pad_w < 0) return false;
+  const std::int64_t og = g.og(), cg = g.cg(), taps = g.kh * g.kw;
+  std::vector<T> flipped(static_cast<std::size_t>(g.c * og * taps));
+  for (std::int64_t group = 0; group < p.groups; ++group)
+    for (std::int64_t o = 0; o < og; ++o)
+      for (std::int64_t c = 0; c < cg; ++c) {
+        const T* from = w + ((group * og + o) * cg + c) * taps;
+        T* to = flipped.data() + ((group * cg + c) * og + o) * taps;
+        for (std::int64_t t = 0; t < taps; ++t) to[t] = from[taps - 1 - t];
+      }
+  const Geometry t{g.n, g.o, g.oh, g.ow, g.c, g.kh, g.kw, g.h, g.w, {1, {pad_h, pad_w}, p.dilation, p.groups}};
+  forward_kernel<T>(gout, flipped.data(), nullptr, dx, t);
+  return true;
+}
+
 template <class T>
 void input_grad_kernel(const T* gout, const T* w, T* dx, const Geometry& g) {
   const std::int64_t ck = g.ck(), l = g.l(), og = g.og(), plane = g.h * g.w;
   const bool pointwise = g.pointwise();
+  if (!pointwise && input_grad_as_conv(gout, w, dx, g)) return;
   for_each_sample<T>(g, pointwise ? 0 : ck * l, batch_threads(g), [&](std::int64_t n, T* col, int) {
     T* dxs = dx + n * g.c * plane;
     if (!pointwise) std::fill(dxs, dxs + g.c * plane, T(0));

@@ -88,30 +88,84 @@ PoolGeometry check_pool(const char* op, const Tensor& input, IntPair kernel, Int
 
 // ---- max pooling: find, scatter, gather ----
 
+// The kernel taps [first, last) of each output position along one dim that land inside the input.
+struct TapRange {
+  std::vector<std::int64_t> first, last;
+};
+TapRange valid_taps(std::int64_t size, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+                    std::int64_t padding, std::int64_t dilation) {
+  TapRange r;
+  for (std::int64_t i = 0; i < out; ++i) {
+    std::int64_t first = 0, last = kernel;
+    while (first < kernel && i * stride - padding + first * dilation < 0) ++first;
+    while (last > first && i * stride - padding + (last - 1) * dilation >= size) --last;
+    r.first.push_back(first);
+    r.last.push_back(last);
+  }
+  return r;
+}
+
+// The common 2x2, stride 2, unpadded, undilated pool, with the four taps written out. Returns false for
+// a window holding a NaN, which the general loop then handles.
+template <class T>
+bool max_pool_2x2(const T* src, std::int64_t width, std::int64_t oh, std::int64_t ow, T& best,
+                  std::int64_t& best_index) {
+  const std::int64_t top = 2 * oh * width + 2 * ow, bottom = top + width;
+  const T a = src[top], b = src[top + 1], c = src[bottom], d = src[bottom + 1];
+  if ((a != a) | (b != b) | (c != c) | (d != d)) return false;
+  best = a;
+  best_index = top;
+  bool take = b > best;
+  best = take ? b : best;
+  best_index = take ? top + 1 : best_index;
+  take = c > best;
+  best = take ? c : best;
+  best_index = take ? bottom : best_index;
+  take = d > best;
+  best = take ? d : best;
+  best_index = take ? bottom + 1 : best_index;
+  return true;
+}
+
 template <class T>
 void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in, const PoolGeometry& g,
                      IntPair kernel, IntPair stride, IntPair padding, IntPair dilation) {
   const std::int64_t out_plane = g.oh * g.ow;
+  const TapRange rows = valid_taps(in.h, g.oh, kernel.h, stride.h, padding.h, dilation.h);
+  const TapRange cols = valid_taps(in.w, g.ow, kernel.w, stride.w, padding.w, dilation.w);
+  // Note: in ceil mode the last 2x2 window may hang over the edge; the fast path needs all four taps.
+  const bool two_by_two = kernel == IntPair(2) && stride == IntPair(2) && padding == IntPair(0) &&
+                          dilation == IntPair(1) && 2 * g.oh <= in.h && 2 * g.ow <= in.w;
 #pragma omp parallel for schedule(static) if (in.count * out_plane * kernel.h * kernel.w >= kParallelWork)
   for (std::int64_t p = 0; p < in.count; ++p) {
     const T* src = x + p * in.h * in.w;
     for (std::int64_t oh = 0; oh < g.oh; ++oh)
       for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+        if (two_by_two && max_pool_2x2(src, in.w, oh, ow, out[p * out_plane + oh * g.ow + ow],
+                                       indices[p * out_plane + oh * g.ow + ow]))
+          continue;
+        const std::int64_t h0 = oh * stride.h - padding.h, w0 = ow * stride.w - padding.w;
         T best = -std::numeric_limits<T>::infinity();
-        std::int64_t best_index = -1;
-        for (std::int64_t ki = 0; ki < kernel.h; ++ki) {
-          const std::int64_t h = oh * stride.h - padding.h + ki * dilation.h;
-          if (h < 0 || h >= in.h) continue;
-          for (std::int64_t kj = 0; kj < kernel.w; ++kj) {
-            const std::int64_t w = ow * stride.w - padding.w + kj * dilation.w;
-            if (w < 0 || w >= in.w) continue;
-            const T v = src[h * in.w + w];
-            // Note: strict '>' keeps the first maximum; NaN always wins, as in PyTorch.
-            if (best_index < 0 || v > best || std::isnan(v)) {
-              best = v;
-              best_index = h * in.w + w;
-            }
+        std::int64_t best_index = (h0 + rows.first[oh] * dilation.h) * in.w + w0 + cols.first[ow] * dilation.w;
+        bool saw_nan = false;
+        // Note: strict '>' keeps the first maximum. The loop is written so that it compiles to max and
+        // conditional moves: on random data a branch here is mispredicted half the time.
+        for (std::int64_t ki = rows.first[oh]; ki < rows.last[oh]; ++ki)
+          for (std::int64_t kj = cols.first[ow]; kj < cols.last[ow]; ++kj) {
+            const std::int64_t at = (h0 + ki * dilation.h) * in.w + w0 + kj * dilation.w;
+            const T v = src[at];
+            const bool take = v > best;
+            saw_nan |= v != v;
+            best = take ? v : best;
+            best_index = take ? at : best_index;
           }
+        if (saw_nan) {
+          // PyTorch's rule, for the rare window holding a NaN: every NaN wins over what came before it.
+          for (std::int64_t ki = rows.first[oh]; ki < rows.last[oh]; ++ki)
+            for (std::int64_t kj = cols.first[ow]; kj < cols.last[ow]; ++kj) {
+              const std::int64_t at = (h0 + ki * dilation.h) * in.w + w0 + kj * dilation.w;
+              if (std::isnan(src[at])) best = src[at], best_index = at;
+            }
         }
         out[p * out_plane + oh * g.ow + ow] = best;
         indices[p * out_plane + oh * g.ow + ow] = best_index;

@@ -2,7 +2,8 @@
 /// 2-d pooling over [N, C, H, W] (or unbatched [C, H, W]): max, average and adaptive average.
 /// Note: output extents follow PyTorch: (H + 2*pad - dil*(k-1) - 1) / stride + 1, rounded down, or up in
 /// ceil_mode (where a last window that would start in the right padding is dropped). Padding may be at
-/// most half the (dilated) kernel.
+/// most half the kernel. Unlike PyTorch, a dilated max-pool window that holds only padding is an error
+/// (PyTorch returns -inf there with an index outside the plane).
 #include <cstdint>
 #include <optional>
 #include <utility>
