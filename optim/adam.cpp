@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/detail/dispatch.h"
+#include "optim/detail/kernel_flags.h"
 #include "optim/detail/python_float.h"
 
 namespace tapegrad::optim {
@@ -32,31 +33,31 @@ struct AdamStep {
 // Note: one pass over the raw data per parameter, each line one of PyTorch's tensor ops in the same order
 // (mul_ then add_, addcmul_ as (value * a) * b, addcdiv_ as (value * a) / b). ATen's vectorised kernels
 // may fuse multiply-adds, so float64 results agree with PyTorch to rounding, not always to the last bit.
-template <class T>
-void adam_kernel(T* p, const T* grad, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq, std::int64_t n, const AdamStep& s) {
+template <class T, bool Maximize, bool Decoupled, bool L2, bool Amsgrad>
+void adam_kernel(T* __restrict p, const T* __restrict grad, T* __restrict exp_avg, T* __restrict exp_avg_sq,
+                 T* __restrict max_exp_avg_sq, std::int64_t n, const AdamStep& s) {
   const T b1 = static_cast<T>(s.beta1), keep1 = static_cast<T>(1.0 - s.beta1);
   const T b2 = static_cast<T>(s.beta2), keep2 = static_cast<T>(1.0 - s.beta2);
   const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.weight_decay);
   const T decay_factor = static_cast<T>(s.decay_factor), neg_step = static_cast<T>(-s.step_size);
   const T bc2_sqrt = static_cast<T>(s.bias_correction2_sqrt);
-  const bool l2 = !s.decoupled && s.weight_decay != 0.0;
   for (std::int64_t i = 0; i < n; ++i) {
-    T g = s.maximize ? -grad[i] : grad[i];
-    if (s.decoupled) p[i] = p[i] * decay_factor;
-    if (l2) g = g + wd * p[i];
+    T g = Maximize ? -grad[i] : grad[i];
+    T value = p[i];
+    if constexpr (Decoupled) value = value * decay_factor;
+    if constexpr (L2) g = g + wd * value;
     const T m = exp_avg[i] * b1 + keep1 * g;
     const T v = exp_avg_sq[i] * b2 + keep2 * g * g;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
     T second = v;
-    if (max_exp_avg_sq != nullptr) {
+    if constexpr (Amsgrad) {
       const T previous = max_exp_avg_sq[i];
-      // torch.maximum propagates NaN.
-      second = (std::isnan(previous) || previous > v) ? previous : v;
+      second = (previous != previous || previous > v) ? previous : v;  // torch.maximum propagates NaN
       max_exp_avg_sq[i] = second;
     }
     const T denom = std::sqrt(second) / bc2_sqrt + eps;
-    p[i] = p[i] + neg_step * m / denom;
+    p[i] = value + neg_step * m / denom;
   }
 }
 
@@ -108,8 +109,13 @@ void Adam::update(const ParamGroup& group, Tensor& param, const Tensor& grad, Pa
   s.maximize = o.at("maximize") != 0.0;
   tapegrad::detail::dispatch_floating(param.dtype(), name().c_str(), [&](auto tag) {
     using T = decltype(tag);
-    adam_kernel<T>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-                   max_exp_avg_sq.defined() ? max_exp_avg_sq.data<T>() : nullptr, param.numel(), s);
+    detail::with_flags(
+        [&](auto maximize, auto decoupled, auto l2, auto ams) {
+          adam_kernel<T, decltype(maximize)::value, decltype(decoupled)::value, decltype(l2)::value,
+                      decltype(ams)::value>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
+                                            ams ? max_exp_avg_sq.data<T>() : nullptr, param.numel(), s);
+        },
+        s.maximize, decoupled_, !decoupled_ && s.weight_decay != 0.0, amsgrad);
   });
 }
 

@@ -372,13 +372,16 @@ ChainedScheduler::ChainedScheduler(std::vector<std::shared_ptr<LRScheduler>> sch
       fail("ChainedScheduler: ChainedScheduler expects all schedulers to belong to the same optimizer, but got "
            "schedulers at index 0 and {} to be different",
            i);
+  last_epoch_ = 0;  // counts this scheduler's steps; PyTorch's ChainedScheduler keeps no epoch of its own
   last_lr_ = group_lrs();
+  register_state("last_epoch", &last_epoch_);
   register_state("last_lr", &last_lr_);
   for (auto& scheduler : schedulers_) register_child(scheduler);
 }
 
 void ChainedScheduler::step() {
   for (auto& scheduler : schedulers_) scheduler->step();
+  ++last_epoch_;
   last_lr_ = group_lrs();
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/detail/dispatch.h"
+#include "optim/detail/kernel_flags.h"
 #include "optim/detail/python_float.h"
 
 namespace tapegrad::optim {
@@ -23,19 +24,19 @@ Options rmsprop_defaults(const RMSpropOptions& o) {
 
 // Note: one pass per parameter, each line one of PyTorch's tensor ops in its order: addcmul_ as
 // (value * a) * b, addcdiv_ as (value * a) / b, sqrt then add_(eps).
-template <class T>
-void rmsprop_kernel(T* p, const T* grad, T* square_avg, T* grad_avg, T* buffer, std::int64_t n, double lr,
-                    double alpha, double eps, double weight_decay, double momentum, bool maximize) {
+template <class T, bool Maximize, bool Decay, bool Centered, bool Momentum>
+void rmsprop_kernel(T* __restrict p, const T* __restrict grad, T* __restrict square_avg, T* __restrict grad_avg,
+                    T* __restrict buffer, std::int64_t n, double lr, double alpha, double eps, double weight_decay,
+                    double momentum) {
   const T a = static_cast<T>(alpha), keep = static_cast<T>(1.0 - alpha), e = static_cast<T>(eps);
   const T wd = static_cast<T>(weight_decay), mu = static_cast<T>(momentum), neg_lr = static_cast<T>(-lr);
-  const bool decay = weight_decay != 0.0;
   for (std::int64_t i = 0; i < n; ++i) {
-    T g = maximize ? -grad[i] : grad[i];
-    if (decay) g = g + wd * p[i];
+    T g = Maximize ? -grad[i] : grad[i];
+    if constexpr (Decay) g = g + wd * p[i];
     const T s = square_avg[i] * a + keep * g * g;
     square_avg[i] = s;
     T avg;
-    if (grad_avg != nullptr) {
+    if constexpr (Centered) {
       const T mean = grad_avg[i] * a + keep * g;
       grad_avg[i] = mean;
       avg = std::sqrt(s + (T(-1) * mean) * mean);
@@ -43,7 +44,7 @@ void rmsprop_kernel(T* p, const T* grad, T* square_avg, T* grad_avg, T* buffer, 
       avg = std::sqrt(s);
     }
     avg = avg + e;
-    if (buffer != nullptr) {
+    if constexpr (Momentum) {
       const T b = buffer[i] * mu + (T(1) * g) / avg;
       buffer[i] = b;
       p[i] = p[i] + neg_lr * b;
@@ -85,10 +86,15 @@ void RMSprop::update(const ParamGroup& group, Tensor& param, const Tensor& grad,
   increment_step(state);
   tapegrad::detail::dispatch_floating(param.dtype(), "RMSprop", [&](auto tag) {
     using T = decltype(tag);
-    rmsprop_kernel<T>(param.data<T>(), grad.data<T>(), square_avg.data<T>(),
-                      grad_avg.defined() ? grad_avg.data<T>() : nullptr, buffer.defined() ? buffer.data<T>() : nullptr,
-                      param.numel(), o.at("lr"), o.at("alpha"), o.at("eps"), o.at("weight_decay"), momentum,
-                      o.at("maximize") != 0.0);
+    detail::with_flags(
+        [&](auto maximize, auto decay, auto is_centered, auto with_momentum) {
+          rmsprop_kernel<T, decltype(maximize)::value, decltype(decay)::value, decltype(is_centered)::value,
+                         decltype(with_momentum)::value>(
+              param.data<T>(), grad.data<T>(), square_avg.data<T>(), is_centered ? grad_avg.data<T>() : nullptr,
+              with_momentum ? buffer.data<T>() : nullptr, param.numel(), o.at("lr"), o.at("alpha"), o.at("eps"),
+              o.at("weight_decay"), momentum);
+        },
+        o.at("maximize") != 0.0, o.at("weight_decay") != 0.0, centered, buffer.defined());
   });
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "framework/detail/dispatch.h"
+#include "optim/detail/kernel_flags.h"
 #include "optim/detail/python_float.h"
 
 namespace tapegrad::optim {
@@ -20,19 +21,18 @@ Options sgd_defaults(const SGDOptions& o) {
 // Note: one pass over the raw data per parameter. Each line is one of PyTorch's tensor ops on the same values
 // in the same order (scalars cast to T first, as ATen does), so float64 trajectories agree with PyTorch's to
 // rounding; ATen's vectorised kernels may use fused multiply-adds, so the last bit can differ.
-template <class T>
-void sgd_kernel(T* p, const T* grad, T* buffer, bool first_step, std::int64_t n, double lr, double momentum,
-                double dampening, double weight_decay, bool nesterov, bool maximize) {
+template <class T, bool Maximize, bool Decay, bool Momentum, bool FirstStep, bool Nesterov>
+void sgd_kernel(T* __restrict p, const T* __restrict grad, T* __restrict buffer, std::int64_t n, double lr,
+                double momentum, double dampening, double weight_decay) {
   const T wd = static_cast<T>(weight_decay), mu = static_cast<T>(momentum);
   const T keep = static_cast<T>(1.0 - dampening), neg_lr = static_cast<T>(-lr);
-  const bool decay = weight_decay != 0.0;
   for (std::int64_t i = 0; i < n; ++i) {
-    T d = maximize ? -grad[i] : grad[i];
-    if (decay) d = d + wd * p[i];
-    if (buffer != nullptr) {
-      const T b = first_step ? d : buffer[i] * mu + keep * d;
+    T d = Maximize ? -grad[i] : grad[i];
+    if constexpr (Decay) d = d + wd * p[i];
+    if constexpr (Momentum) {
+      const T b = FirstStep ? d : buffer[i] * mu + keep * d;
       buffer[i] = b;
-      d = nesterov ? d + mu * b : b;
+      d = Nesterov ? d + mu * b : b;
     }
     p[i] = p[i] + neg_lr * d;
   }
@@ -72,9 +72,14 @@ void SGD::update(const ParamGroup& group, Tensor& param, const Tensor& grad, Par
   }
   tapegrad::detail::dispatch_floating(param.dtype(), "SGD", [&](auto tag) {
     using T = decltype(tag);
-    sgd_kernel<T>(param.data<T>(), grad.data<T>(), buffer.defined() ? buffer.data<T>() : nullptr, first_step,
-                  param.numel(), o.at("lr"), momentum, o.at("dampening"), o.at("weight_decay"), o.at("nesterov") != 0.0,
-                  o.at("maximize") != 0.0);
+    detail::with_flags(
+        [&](auto maximize, auto decay, auto with_momentum, auto first, auto nesterov) {
+          sgd_kernel<T, decltype(maximize)::value, decltype(decay)::value, decltype(with_momentum)::value,
+                     decltype(first)::value, decltype(nesterov)::value>(
+              param.data<T>(), grad.data<T>(), with_momentum ? buffer.data<T>() : nullptr, param.numel(), o.at("lr"),
+              momentum, o.at("dampening"), o.at("weight_decay"));
+        },
+        o.at("maximize") != 0.0, o.at("weight_decay") != 0.0, buffer.defined(), first_step, o.at("nesterov") != 0.0);
   });
 }
 
