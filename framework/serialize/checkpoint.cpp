@@ -2,6 +2,8 @@
 // Note: every Boost archive include of the project lives in this file, so public headers stay light.
 //
 // Layout:  TAPEGRAD <format> <binary|text> f4d8i8 le <payload bytes> <payload crc32>\n<payload>
+// Note: archives are written with boost::archive::no_header. Boost's own header starts with a length-prefixed
+// signature string that its loader allocates blindly, and our first line already says what the file is.
 // Robustness: the whole file is read into memory and parsed from there. Every length read from the payload
 // is checked against the bytes that are actually left before anything is allocated, so a corrupt length
 // field cannot ask for a huge allocation; every tensor carries a CRC-32 of its bytes (so corruption names
@@ -311,10 +313,10 @@ std::string encode_payload(const Checkpoint& checkpoint, ArchiveKind kind) {
   payload.source = &checkpoint;
   {
     if (kind == ArchiveKind::Binary) {
-      boost::archive::binary_oarchive ar(buffer);
+      boost::archive::binary_oarchive ar(buffer, boost::archive::no_header);
       ar << static_cast<const Payload&>(payload);
     } else {
-      boost::archive::text_oarchive ar(buffer);
+      boost::archive::text_oarchive ar(buffer, boost::archive::no_header);
       ar << static_cast<const Payload&>(payload);
     }
   }
@@ -416,10 +418,10 @@ Checkpoint decode(const std::string& bytes, const std::string& source) {
   try {
     boost::iostreams::stream<boost::iostreams::array_source> in(data, static_cast<std::size_t>(payload.budget));
     if (header.kind == ArchiveKind::Binary) {
-      boost::archive::binary_iarchive ar(in);
+      boost::archive::binary_iarchive ar(in, boost::archive::no_header);
       ar >> payload;
     } else {
-      boost::archive::text_iarchive ar(in);
+      boost::archive::text_iarchive ar(in, boost::archive::no_header);
       ar >> payload;
     }
   } catch (const Error& e) {
