@@ -26,7 +26,7 @@ Tensor fill_random(const Shape& shape, const TensorOptions& options, const char*
   detail::dispatch_floating(options.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     T* p = t.data<T>();
-    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(draw());
+    for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(draw());
   });
   return finish(t, options);
 }
@@ -48,7 +48,7 @@ Tensor full(const Shape& shape, double value, TensorOptions options) {
     using T = decltype(tag);
     T* p = t.data<T>();
     const T v = static_cast<T>(value);
-    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = v;
+    for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
   });
   return finish(t, options);
 }
@@ -129,7 +129,7 @@ Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generato
   Tensor t = empty(shape, DType::Int64);
   std::uniform_int_distribution<std::int64_t> distribution(low, high - 1);
   std::int64_t* p = t.data<std::int64_t>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = distribution(generator.engine());
+  for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = distribution(generator.engine());
   return t;
 }
 

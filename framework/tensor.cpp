@@ -106,7 +106,7 @@ Tensor Tensor::to(DType target) const {
       using To = decltype(to_tag);
       const From* src = data<From>();
       To* dst = out.data<To>();
-      for (std::int64_t i = 0; i < numel(); ++i) dst[i] = static_cast<To>(src[i]);
+      for (std::int64_t i = 0, n = numel(); i < n; ++i) dst[i] = static_cast<To>(src[i]);
     });
   });
   if (!is_floating(target) || !is_floating(dtype())) return out;
@@ -258,7 +258,7 @@ Tensor& Tensor::fill_(double value) {
     using T = decltype(tag);
     T* p = data<T>();
     const T v = static_cast<T>(value);
-    for (std::int64_t i = 0; i < numel(); ++i) p[i] = v;
+    for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = v;
   });
   impl_->storage->bump_version();
   return *this;
@@ -303,7 +303,7 @@ Tensor& Tensor::add_(double value) {
   detail::dispatch_all(dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = data<T>();
-    for (std::int64_t i = 0; i < numel(); ++i) p[i] = static_cast<T>(p[i] + value);
+    for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = static_cast<T>(p[i] + value);
   });
   impl_->storage->bump_version();
   return *this;
@@ -331,7 +331,7 @@ Tensor& Tensor::mul_(double value) {
   detail::dispatch_all(dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = data<T>();
-    for (std::int64_t i = 0; i < numel(); ++i) p[i] = static_cast<T>(p[i] * value);
+    for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = static_cast<T>(p[i] * value);
   });
   impl_->storage->bump_version();
   return *this;
