@@ -1,0 +1,80 @@
+#pragma once
+/// Shared pieces of the examples: command-line options, the epoch loop's progress bar, evaluation, metrics.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <tapegrad/tapegrad.h>
+
+namespace examples {
+
+/// The options every training example takes.
+struct Options {
+  int epochs = 4;
+  std::int64_t batch_size = 128;
+  double lr = 0.05;
+  int threads = 0;  ///< 0 keeps tapegrad's default (the hardware concurrency)
+  std::uint64_t seed = 0;
+  std::string data_dir;  ///< "" means the Debian location (or $TAPEGRAD_FASHION_MNIST)
+  std::string output_dir = "out";
+  std::string checkpoint;  ///< where to save after training ("" = <output_dir>/<name>.ckpt)
+  std::string evaluate;    ///< a checkpoint to load into a fresh model and evaluate instead of training
+  std::int64_t max_steps = 0;  ///< stop each epoch after this many batches (0 = all); for smoke runs
+  std::int64_t subset = 0;     ///< train on the first this-many images only (0 = all)
+};
+
+/// Adds the shared options to `app` (defaults taken from `options`).
+void add_options(CLI::App& app, Options& options);
+/// Applies --threads and --seed, creates the output directory, fills in the default checkpoint path.
+void apply(Options& options, const std::string& name);
+
+/// The first `count` examples of a dataset (all of it when count is 0 or larger than the dataset).
+tapegrad::data::TensorDataset take(const tapegrad::data::TensorDataset& dataset, std::int64_t count);
+
+/// Mean loss and accuracy over a pass.
+struct Score {
+  double loss = 0;
+  double accuracy = 0;
+};
+
+/// Eval mode and NoGradGuard: the model's accuracy and mean cross-entropy on `dataset`, in batches.
+Score evaluate(tapegrad::nn::Module& model, const tapegrad::data::TensorDataset& dataset,
+               std::int64_t batch_size = 1000);
+
+/// A progress bar on stderr: "epoch 2/4 [=====>    ] 23040/60000  4100 samples/s  ETA 9s".
+class Progress {
+ public:
+  Progress(std::string label, std::int64_t total);
+  /// Records `samples` more samples done and redraws (at most ~10 times a second).
+  void advance(std::int64_t samples);
+  /// Clears the bar's line.
+  void finish();
+  double elapsed_seconds() const;
+
+ private:
+  std::string label_;
+  std::int64_t total_, done_ = 0;
+  double start_, last_draw_ = -1;
+};
+
+/// One row of the metrics CSV.
+struct EpochMetrics {
+  int epoch = 0;
+  double train_loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0, seconds = 0, samples_per_second = 0;
+};
+
+/// Appends to <output_dir>/<name>_metrics.csv (rewritten from `rows`) and, when gnuplot is on PATH,
+/// draws <output_dir>/<name>_curves.png (loss and accuracy by epoch).
+void write_metrics(const std::string& output_dir, const std::string& name, const std::vector<EpochMetrics>& rows);
+
+/// True when `gnuplot` is found on PATH.
+bool have_gnuplot();
+/// Runs gnuplot on a script file; returns false (and says why on stderr) when it fails or is absent.
+bool run_gnuplot(const std::string& script_path);
+
+/// Seconds on a monotonic clock.
+double now_seconds();
+
+}  // namespace examples
