@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/doc_snippet.h"
 #include "support/properties.h"
 #include "tapegrad.h"
 
@@ -63,22 +64,7 @@ TEST_CASE("a custom layer: parameters train, buffers are state") {
 // DOC-END
 
 TEST_CASE("docs/layers.md contains the example verbatim") {
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    REQUIRE(in.good());
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  const std::string source = read(std::string(TAPEGRAD_SOURCE_DIR) + "/tests/test_docs_custom_layer.cpp");
-  const std::string doc = read(std::string(TAPEGRAD_SOURCE_DIR) + "/docs/layers.md");
-  const std::string begin_marker = "// DOC-BEGIN\n", end_marker = "// DOC-END";
-  const auto begin = source.find(begin_marker), end = source.rfind(end_marker);
-  REQUIRE(begin != std::string::npos);
-  REQUIRE(end != std::string::npos);
-  const std::string snippet = source.substr(begin + begin_marker.size(), end - begin - begin_marker.size());
-  INFO("paste the code between DOC-BEGIN and DOC-END into docs/layers.md as a ```cpp block");
-  CHECK(doc.find("```cpp\n" + snippet + "```") != std::string::npos);
+  tapegrad::testing::check_doc_quotes_snippet("tests/test_docs_custom_layer.cpp", "docs/layers.md");
 }
 
 TEST_CASE("the custom layer's gradient is right in float64") {

@@ -2,6 +2,8 @@
 // (the last test case checks that), and the other test cases assert what the page claims.
 #include <catch2/catch.hpp>
 
+#include "support/doc_snippet.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -112,19 +114,5 @@ TEST_CASE("the groups of the optim page's example split decay as the page says")
 }
 
 TEST_CASE("docs/optim.md contains this file's example verbatim") {
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    REQUIRE(in);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  const std::string source = read(std::string(TAPEGRAD_SOURCE_DIR) + "/tests/test_docs_optim.cpp");
-  const std::string page = read(std::string(TAPEGRAD_SOURCE_DIR) + "/docs/optim.md");
-  const std::string begin_marker = "// DOC-BEGIN\n", end_marker = "// DOC-END";
-  const auto begin = source.find(begin_marker), end = source.find(end_marker);
-  REQUIRE(begin != std::string::npos);
-  REQUIRE(end != std::string::npos);
-  const std::string snippet = source.substr(begin + begin_marker.size(), end - begin - begin_marker.size());
-  CHECK(page.find("```cpp\n" + snippet + "```") != std::string::npos);
+  tapegrad::testing::check_doc_quotes_snippet("tests/test_docs_optim.cpp", "docs/optim.md");
 }
