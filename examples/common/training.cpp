@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include <tapegrad/framework/serialize/checkpoint.h>
+
 namespace examples {
 
 using namespace tapegrad;
@@ -41,21 +43,6 @@ data::TensorDataset take(const data::TensorDataset& dataset, std::int64_t count)
   std::iota(indices.begin(), indices.end(), 0);
   data::Batch batch = dataset.get_batch(indices);
   return data::TensorDataset(batch.images, batch.labels);
-}
-
-Score evaluate(nn::Module& model, const data::TensorDataset& dataset, std::int64_t batch_size) {
-  model.eval();
-  NoGradGuard no_grad;
-  data::DataLoader loader(dataset, data::DataLoaderOptions{}.with_batch_size(batch_size));
-  double loss_sum = 0;
-  std::int64_t correct = 0;
-  for (auto& batch : loader) {
-    Tensor logits = model(batch.images);
-    loss_sum += cross_entropy(logits, batch.labels).item() * static_cast<double>(batch.labels.numel());
-    correct += static_cast<std::int64_t>(sum(eq(argmax(logits, 1), batch.labels).to(DType::Float64)).item());
-  }
-  const double n = static_cast<double>(dataset.size());
-  return {loss_sum / n, static_cast<double>(correct) / n};
 }
 
 double now_seconds() {
@@ -120,6 +107,84 @@ void write_metrics(const std::string& output_dir, const std::string& name, const
         << "unset multiplot\n";
   }
   run_gnuplot(script);
+}
+
+int run_example(int argc, char** argv, const ExampleSpec& spec) try {
+  Options options = spec.defaults;
+  CLI::App app{spec.description};
+  add_options(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  apply(options, spec.name);
+
+  data::FashionMnistOptions data_options;
+  data_options.dir = options.data_dir;
+  const data::FashionMNIST test_set(data::Split::Test, data_options);
+
+  if (!options.evaluate.empty()) {
+    auto model = spec.make_model();  // fresh weights; the checkpoint replaces every parameter and buffer
+    const Checkpoint saved = load_checkpoint(options.evaluate);
+    model->load_state(saved.model_state(), /*strict=*/true, saved.model_versions);
+    const Score score = evaluate(*model, test_set);
+    const auto recorded = saved.metadata.find("test_accuracy");
+    fmt::print("reloaded {} (epoch {}): test accuracy {:.4f} (recorded at save time: {}), test loss {:.4f}\n",
+               options.evaluate, saved.epoch, score.accuracy,
+               recorded == saved.metadata.end() ? "n/a" : recorded->second, score.loss);
+    if (recorded != saved.metadata.end() && fmt::format("{:.6f}", score.accuracy) != recorded->second) {
+      std::cerr << spec.name << ": the reloaded model's accuracy differs from the saved one\n";
+      return 1;
+    }
+    return 0;
+  }
+
+  const data::FashionMNIST full_train(data::Split::Train, data_options);
+  const data::TensorDataset train_set = take(full_train, options.subset);
+  data::DataLoader loader(train_set, data::DataLoaderOptions{}
+                                         .with_batch_size(options.batch_size)
+                                         .with_shuffle()
+                                         .with_drop_last()
+                                         .with_seed(options.seed)
+                                         .with_augmentation(spec.augmentation));
+  const std::int64_t steps_per_epoch =
+      options.max_steps > 0 ? std::min(options.max_steps, loader.size()) : loader.size();
+
+  auto model = spec.make_model();
+  Training training = spec.make_training(*model, options, steps_per_epoch * options.epochs);
+  fmt::print("{}\n{} training images, {} test images, {} steps per epoch, {} threads\n", model->repr(),
+             train_set.size(), test_set.size(), steps_per_epoch, get_num_threads());
+
+  std::vector<EpochMetrics> rows;
+  Score test_score;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    Progress progress(fmt::format("epoch {}/{}", epoch, options.epochs), steps_per_epoch * options.batch_size);
+    const EpochResult trained = train_epoch(*model, loader, *training.optimizer, training.schedule.get(),
+                                            steps_per_epoch, [&](std::int64_t n) { progress.advance(n); });
+    const double seconds = progress.elapsed_seconds();
+    progress.finish();
+    test_score = evaluate(*model, test_set);
+    const EpochMetrics row{epoch, trained.loss, trained.accuracy, test_score.loss, test_score.accuracy, seconds,
+                           static_cast<double>(trained.samples) / seconds};
+    rows.push_back(row);
+    fmt::print("epoch {}/{}: loss {:.4f}  train acc {:.4f}  test loss {:.4f}  test acc {:.4f}  {:.1f}s  {:.0f} samples/s\n",
+               epoch, options.epochs, row.train_loss, row.train_accuracy, row.test_loss, row.test_accuracy, seconds,
+               row.samples_per_second);
+    std::fflush(stdout);
+    write_metrics(options.output_dir, spec.name, rows);
+  }
+
+  Checkpoint saved = make_checkpoint(*model, *training.optimizer, training.schedule.get(), loader, options.epochs,
+                                     steps_per_epoch * options.epochs);
+  saved.metadata["example"] = spec.name;
+  saved.metadata["test_accuracy"] = fmt::format("{:.6f}", test_score.accuracy);
+  save_checkpoint(saved, options.checkpoint);
+  fmt::print("saved {} (test accuracy {:.4f})\n", options.checkpoint, test_score.accuracy);
+  return 0;
+} catch (const std::exception& error) {
+  std::cerr << spec.name << ": " << error.what() << "\n";
+  return 1;
 }
 
 }  // namespace examples

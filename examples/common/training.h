@@ -1,12 +1,15 @@
 #pragma once
 /// Shared pieces of the examples: command-line options, the epoch loop's progress bar, evaluation, metrics.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <tapegrad/tapegrad.h>
+
+#include "common/recipes.h"
 
 namespace examples {
 
@@ -32,16 +35,6 @@ void apply(Options& options, const std::string& name);
 
 /// The first `count` examples of a dataset (all of it when count is 0 or larger than the dataset).
 tapegrad::data::TensorDataset take(const tapegrad::data::TensorDataset& dataset, std::int64_t count);
-
-/// Mean loss and accuracy over a pass.
-struct Score {
-  double loss = 0;
-  double accuracy = 0;
-};
-
-/// Eval mode and NoGradGuard: the model's accuracy and mean cross-entropy on `dataset`, in batches.
-Score evaluate(tapegrad::nn::Module& model, const tapegrad::data::TensorDataset& dataset,
-               std::int64_t batch_size = 1000);
 
 /// A progress bar on stderr: "epoch 2/4 [=====>    ] 23040/60000  4100 samples/s  ETA 9s".
 class Progress {
@@ -73,6 +66,28 @@ void write_metrics(const std::string& output_dir, const std::string& name, const
 bool have_gnuplot();
 /// Runs gnuplot on a script file; returns false (and says why on stderr) when it fails or is absent.
 bool run_gnuplot(const std::string& script_path);
+
+/// The optimizer and schedule an example trains with, built for a model and a run length.
+struct Training {
+  std::unique_ptr<tapegrad::optim::Optimizer> optimizer;
+  std::unique_ptr<tapegrad::optim::LRScheduler> schedule;  ///< stepped once per batch; may be null
+};
+
+/// What distinguishes one classification example from another; run_example() does the rest.
+struct ExampleSpec {
+  std::string name;         ///< file stem of its outputs: <output_dir>/<name>.ckpt, <name>_metrics.csv
+  std::string description;  ///< the --help title
+  Options defaults;
+  std::function<std::shared_ptr<tapegrad::nn::Module>()> make_model;
+  std::function<Training(tapegrad::nn::Module& model, const Options& options, std::int64_t total_steps)> make_training;
+  tapegrad::data::Augmentation augmentation{};
+};
+
+/// The whole life of a Fashion-MNIST classifier example: parse the command line; with --evaluate CHECKPOINT,
+/// load it into a fresh model and evaluate (exit 1 if the accuracy differs from the one recorded at save time);
+/// otherwise train with a progress bar and a summary line per epoch, write the metrics CSV and curves, and save
+/// the run as a checkpoint. Returns the process exit code.
+int run_example(int argc, char** argv, const ExampleSpec& spec);
 
 /// Seconds on a monotonic clock.
 double now_seconds();

@@ -1,0 +1,111 @@
+#include "common/recipes.h"
+
+#include <string>
+
+namespace examples {
+
+using namespace tapegrad;
+
+std::shared_ptr<nn::Sequential> make_cnn() {
+  using std::make_shared;
+  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      make_shared<nn::Conv2d>(nn::Conv2dOptions{1, 32, 3}.with_padding(1)), make_shared<nn::BatchNorm2d>(32),
+      make_shared<nn::ReLU>(), make_shared<nn::MaxPool2d>(2),
+      make_shared<nn::Conv2d>(nn::Conv2dOptions{32, 64, 3}.with_padding(1)), make_shared<nn::BatchNorm2d>(64),
+      make_shared<nn::ReLU>(), make_shared<nn::MaxPool2d>(2),
+      make_shared<nn::Flatten>(),
+      make_shared<nn::Linear>(64 * 7 * 7, 128), make_shared<nn::ReLU>(), make_shared<nn::Dropout>(0.25),
+      make_shared<nn::Linear>(128, 10)});
+}
+
+std::shared_ptr<nn::Sequential> make_mlp(std::int64_t hidden) {
+  using std::make_shared;
+  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      make_shared<nn::Flatten>(),
+      make_shared<nn::Linear>(28 * 28, hidden), make_shared<nn::BatchNorm1d>(hidden), make_shared<nn::ReLU>(),
+      make_shared<nn::Linear>(hidden, hidden), make_shared<nn::BatchNorm1d>(hidden), make_shared<nn::ReLU>(),
+      make_shared<nn::Linear>(hidden, 10)});
+}
+
+namespace {
+std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  return static_cast<std::int64_t>(sum(eq(argmax(logits, 1), labels).to(DType::Float64)).item());
+}
+}  // namespace
+
+Score evaluate(nn::Module& model, const data::TensorDataset& dataset, std::int64_t batch_size) {
+  model.eval();
+  NoGradGuard no_grad;
+  data::DataLoader loader(dataset, data::DataLoaderOptions{}.with_batch_size(batch_size));
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  for (auto& batch : loader) {
+    Tensor logits = model(batch.images);
+    loss_sum += cross_entropy(logits, batch.labels).item() * static_cast<double>(batch.labels.numel());
+    correct += count_correct(logits, batch.labels);
+  }
+  const double n = static_cast<double>(dataset.size());
+  return {loss_sum / n, static_cast<double>(correct) / n};
+}
+
+EpochResult train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optimizer& optimizer,
+                        optim::LRScheduler* schedule, std::int64_t max_steps,
+                        const std::function<void(std::int64_t)>& after_step) {
+  model.train();
+  EpochResult result;
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  for (auto& batch : loader) {
+    if (max_steps > 0 && result.steps >= max_steps) break;
+    Tensor logits = model(batch.images);
+    Tensor loss = cross_entropy(logits, batch.labels);
+    optimizer.zero_grad();
+    loss.backward();
+    optimizer.step();
+    if (schedule != nullptr) schedule->step();
+    NoGradGuard no_grad;
+    const std::int64_t n = batch.labels.numel();
+    result.step_losses.push_back(loss.item());
+    loss_sum += result.step_losses.back() * static_cast<double>(n);
+    correct += count_correct(logits, batch.labels);
+    result.samples += n;
+    ++result.steps;
+    if (after_step) after_step(n);
+  }
+  if (result.samples > 0) {
+    result.loss = loss_sum / static_cast<double>(result.samples);
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
+  }
+  return result;
+}
+
+Checkpoint make_checkpoint(const nn::Module& model, const optim::Optimizer& optimizer,
+                           const optim::LRScheduler* schedule, const data::DataLoader& loader, std::int64_t epoch,
+                           std::int64_t step) {
+  Checkpoint saved;
+  saved.set_model(model);
+  saved.optimizer = Checkpoint::from_named(optimizer.state(), EntryKind::Optimizer);
+  if (schedule != nullptr) saved.scheduler = Checkpoint::from_named(schedule->state(), EntryKind::Scheduler);
+  saved.epoch = epoch;
+  saved.step = step;
+  saved.rng_states["default"] = default_generator().state();
+  saved.metadata["loader_epoch"] = std::to_string(loader.epoch());
+  return saved;
+}
+
+void restore_checkpoint(const Checkpoint& saved, nn::Module& model, optim::Optimizer& optimizer,
+                        optim::LRScheduler* schedule, data::DataLoader& loader) {
+  const auto loader_epoch = saved.metadata.find("loader_epoch");
+  const auto generator = saved.rng_states.find("default");
+  if (loader_epoch == saved.metadata.end() || generator == saved.rng_states.end())
+    throw Error("restore_checkpoint: the checkpoint has no " +
+                std::string(loader_epoch == saved.metadata.end() ? "metadata 'loader_epoch'" : "rng state 'default'") +
+                " (was it written by make_checkpoint?)");
+  model.load_state(saved.model_state(), /*strict=*/true, saved.model_versions);
+  optimizer.load_state(Checkpoint::as_named(saved.optimizer));
+  if (schedule != nullptr) schedule->load_state(Checkpoint::as_named(saved.scheduler));
+  default_generator().set_state(generator->second);
+  loader.set_epoch(std::stoull(loader_epoch->second));
+}
+
+}  // namespace examples

@@ -1,0 +1,56 @@
+#pragma once
+/// The examples' models and training loop, without the command line: the examples and the example smoke
+/// test (tests/test_examples_smoke.cpp) build exactly these, so the test checks what the examples run.
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <tapegrad/tapegrad.h>
+#include <tapegrad/framework/serialize/checkpoint.h>
+
+namespace examples {
+
+/// (Conv3x3-BN-ReLU-MaxPool2) x 2 with 32 and 64 channels, then Linear(3136,128)-ReLU-Dropout(0.25)-Linear(128,10).
+std::shared_ptr<tapegrad::nn::Sequential> make_cnn();
+/// Flatten, then (Linear-BN1d-ReLU) x 2 with `hidden` units, then Linear(hidden,10).
+std::shared_ptr<tapegrad::nn::Sequential> make_mlp(std::int64_t hidden = 256);
+
+/// Mean loss and accuracy over a pass.
+struct Score {
+  double loss = 0;
+  double accuracy = 0;
+};
+
+/// Eval mode and NoGradGuard: the model's accuracy and mean cross-entropy on `dataset`, in batches.
+Score evaluate(tapegrad::nn::Module& model, const tapegrad::data::TensorDataset& dataset,
+               std::int64_t batch_size = 1000);
+
+/// What one training epoch saw.
+struct EpochResult {
+  double loss = 0;      ///< mean training loss over the epoch's samples (with the weights of each step)
+  double accuracy = 0;  ///< training accuracy, same convention
+  std::int64_t samples = 0;
+  std::int64_t steps = 0;
+  std::vector<double> step_losses;  ///< the loss of every step, in order
+};
+
+/// Train mode, then one pass over `loader` (at most max_steps batches when max_steps > 0): forward,
+/// cross-entropy, zero_grad, backward, optimizer step, schedule step (when given). `after_step(samples)`
+/// is called after each step (a progress bar).
+EpochResult train_epoch(tapegrad::nn::Module& model, tapegrad::data::DataLoader& loader,
+                        tapegrad::optim::Optimizer& optimizer, tapegrad::optim::LRScheduler* schedule,
+                        std::int64_t max_steps = 0, const std::function<void(std::int64_t)>& after_step = {});
+
+/// A whole run in one Checkpoint: model, optimizer, schedule, progress, the default generator and the
+/// data loader's next epoch (metadata "loader_epoch").
+tapegrad::Checkpoint make_checkpoint(const tapegrad::nn::Module& model, const tapegrad::optim::Optimizer& optimizer,
+                                     const tapegrad::optim::LRScheduler* schedule,
+                                     const tapegrad::data::DataLoader& loader, std::int64_t epoch, std::int64_t step);
+
+/// Restores what make_checkpoint() saved into freshly built objects of the same architecture; each part is
+/// checked before anything is changed (load_state's contract), model first.
+void restore_checkpoint(const tapegrad::Checkpoint& saved, tapegrad::nn::Module& model,
+                        tapegrad::optim::Optimizer& optimizer, tapegrad::optim::LRScheduler* schedule,
+                        tapegrad::data::DataLoader& loader);
+
+}  // namespace examples
