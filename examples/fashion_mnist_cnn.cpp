@@ -13,13 +13,7 @@ int main(int argc, char** argv) {
   spec.defaults.lr = 0.1;
   spec.make_model = [] { return examples::make_cnn(); };
   spec.make_training = [](nn::Module& model, const examples::Options& options, std::int64_t total_steps) {
-    examples::Training training;
-    auto optimizer = std::make_unique<optim::SGD>(
-        model.parameters(), optim::SGDOptions{.lr = options.lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
-    training.schedule = std::make_unique<optim::OneCycleLR>(*optimizer, options.lr,
-                                                            optim::OneCycleOptions{.total_steps = total_steps});
-    training.optimizer = std::move(optimizer);
-    return training;
+    return examples::make_sgd_one_cycle(model, options.lr, total_steps);
   };
   return examples::run_example(argc, argv, spec);
 }

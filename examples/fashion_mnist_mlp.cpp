@@ -13,18 +13,7 @@ int main(int argc, char** argv) {
   spec.defaults.lr = 3e-3;
   spec.make_model = [] { return examples::make_mlp(); };
   spec.make_training = [](nn::Module& model, const examples::Options& options, std::int64_t total_steps) {
-    examples::Training training;
-    // Note: weight decay on the weight matrices only; decaying biases and BatchNorm's affine parameters
-    // fights the normalisation.
-    std::vector<Tensor> decay, no_decay;
-    for (const auto& [name, p] : model.named_parameters()) (p.dim() < 2 ? no_decay : decay).push_back(p);
-    auto optimizer = std::make_unique<optim::AdamW>(
-        std::vector<optim::ParamGroup>{{decay, {}}, {no_decay, {{"weight_decay", 0.0}}}},
-        optim::AdamWOptions{.lr = options.lr, .weight_decay = 0.05});
-    training.schedule = std::make_unique<optim::OneCycleLR>(*optimizer, options.lr,
-                                                            optim::OneCycleOptions{.total_steps = total_steps});
-    training.optimizer = std::move(optimizer);
-    return training;
+    return examples::make_adamw_one_cycle(model, options.lr, total_steps);
   };
   return examples::run_example(argc, argv, spec);
 }

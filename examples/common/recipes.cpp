@@ -27,6 +27,31 @@ std::shared_ptr<nn::Sequential> make_mlp(std::int64_t hidden) {
       make_shared<nn::Linear>(hidden, 10)});
 }
 
+Training make_sgd_one_cycle(nn::Module& model, double lr, std::int64_t total_steps) {
+  Training training;
+  auto optimizer = std::make_unique<optim::SGD>(
+      model.parameters(), optim::SGDOptions{.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  training.schedule =
+      std::make_unique<optim::OneCycleLR>(*optimizer, lr, optim::OneCycleOptions{.total_steps = total_steps});
+  training.optimizer = std::move(optimizer);
+  return training;
+}
+
+Training make_adamw_one_cycle(nn::Module& model, double lr, std::int64_t total_steps) {
+  Training training;
+  // Note: weight decay on the weight matrices only; decaying biases and BatchNorm's affine parameters
+  // fights the normalisation.
+  std::vector<Tensor> decay, no_decay;
+  for (const auto& [name, p] : model.named_parameters()) (p.dim() < 2 ? no_decay : decay).push_back(p);
+  auto optimizer = std::make_unique<optim::AdamW>(
+      std::vector<optim::ParamGroup>{{decay, {}}, {no_decay, {{"weight_decay", 0.0}}}},
+      optim::AdamWOptions{.lr = lr, .weight_decay = 0.05});
+  training.schedule =
+      std::make_unique<optim::OneCycleLR>(*optimizer, lr, optim::OneCycleOptions{.total_steps = total_steps});
+  training.optimizer = std::move(optimizer);
+  return training;
+}
+
 namespace {
 std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   return static_cast<std::int64_t>(sum(eq(argmax(logits, 1), labels).to(DType::Float64)).item());

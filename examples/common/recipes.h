@@ -15,6 +15,17 @@ std::shared_ptr<tapegrad::nn::Sequential> make_cnn();
 /// Flatten, then (Linear-BN1d-ReLU) x 2 with `hidden` units, then Linear(hidden,10).
 std::shared_ptr<tapegrad::nn::Sequential> make_mlp(std::int64_t hidden = 256);
 
+/// The optimizer and schedule an example trains with.
+struct Training {
+  std::unique_ptr<tapegrad::optim::Optimizer> optimizer;
+  std::unique_ptr<tapegrad::optim::LRScheduler> schedule;  ///< stepped once per batch; may be null
+};
+
+/// The CNN's recipe: SGD, Nesterov momentum 0.9, weight decay 5e-4, one-cycle schedule peaking at `lr`.
+Training make_sgd_one_cycle(tapegrad::nn::Module& model, double lr, std::int64_t total_steps);
+/// The MLP's recipe: AdamW (weight decay 0.05 on weight matrices only), one-cycle schedule peaking at `lr`.
+Training make_adamw_one_cycle(tapegrad::nn::Module& model, double lr, std::int64_t total_steps);
+
 /// Mean loss and accuracy over a pass.
 struct Score {
   double loss = 0;

@@ -67,12 +67,6 @@ bool have_gnuplot();
 /// Runs gnuplot on a script file; returns false (and says why on stderr) when it fails or is absent.
 bool run_gnuplot(const std::string& script_path);
 
-/// The optimizer and schedule an example trains with, built for a model and a run length.
-struct Training {
-  std::unique_ptr<tapegrad::optim::Optimizer> optimizer;
-  std::unique_ptr<tapegrad::optim::LRScheduler> schedule;  ///< stepped once per batch; may be null
-};
-
 /// What distinguishes one classification example from another; run_example() does the rest.
 struct ExampleSpec {
   std::string name;         ///< file stem of its outputs: <output_dir>/<name>.ckpt, <name>_metrics.csv
