@@ -1,0 +1,187 @@
+// tapegrad's half of the side-by-side comparison with libtorch (bench/compare_torch.cpp is the other half,
+// with the same workloads line for line; bench/compare.sh runs both interleaved and prints the ratio table).
+//   compare [--threads N] [--seconds S] [--workload NAME] [--smoke]
+// Workloads (float32; a training step is forward + loss + backward + optimizer step; data is one fixed
+// random batch, so only the framework is timed):
+//   mlp            Linear(784,512)-BN1d-ReLU-Linear(512,512)-BN1d-ReLU-Linear(512,10), cross-entropy,
+//                  SGD momentum 0.9, batch 128
+//   cnn            Conv(1,32,3,p1)-BN2d-ReLU-MaxPool2-Conv(32,64,3,p1)-BN2d-ReLU-MaxPool2-Flatten-
+//                  Linear(3136,128)-ReLU-Linear(128,10), cross-entropy, Adam, batch 64
+//   bn_fwd_bwd     BatchNorm2d(64) training forward + backward on [64,64,28,28]
+//   infer_mlp_b1   the mlp in eval mode under NoGradGuard, batch 1 (ms_per_step = ms per sample)
+//   infer_mlp_b1024  the same, batch 1024
+//   matmul         1024x1024 @ 1024x1024 (also prints gflops)
+// Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
+//   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y>
+// and at the end max_rss_mb=<m> (the process's peak resident set, from getrusage).
+// --smoke runs two steps of each workload (what CI's bench_smoke does): it checks that they run, not speed.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tapegrad.h"
+
+namespace {
+
+using namespace tapegrad;
+
+struct Settings {
+  int threads = 1;
+  double seconds = 3.0;
+  std::string workload;  // empty: all
+  bool smoke = false;
+};
+
+/// Runs `step` for a warm-up and then for `settings.seconds`, and prints the workload's line.
+void measure(const Settings& settings, const std::string& name, double samples_per_step,
+             const std::function<void()>& step, double flops_per_step = 0.0) {
+  using Clock = std::chrono::steady_clock;
+  const int warmup_steps = settings.smoke ? 1 : 3;
+  for (int i = 0; i < warmup_steps; ++i) step();
+  const auto start = Clock::now();
+  long steps = 0;
+  double elapsed = 0.0;
+  do {
+    step();
+    ++steps;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (settings.smoke ? steps < 1 : elapsed < settings.seconds);
+  const double seconds_per_step = elapsed / static_cast<double>(steps);
+  std::printf("workload=%s threads=%d samples_per_s=%.6g ms_per_step=%.6g", name.c_str(), settings.threads,
+              samples_per_step / seconds_per_step, seconds_per_step * 1e3);
+  if (flops_per_step > 0) std::printf(" gflops=%.6g", flops_per_step / seconds_per_step * 1e-9);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+std::shared_ptr<nn::Sequential> make_mlp() {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(784, 512), std::make_shared<nn::BatchNorm1d>(512),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(512, 512),
+      std::make_shared<nn::BatchNorm1d>(512), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(512, 10)});
+}
+
+std::shared_ptr<nn::Sequential> make_cnn() {
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions{1, 32, 3}.with_padding(1)),
+      std::make_shared<nn::BatchNorm2d>(32), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions{32, 64, 3}.with_padding(1)),
+      std::make_shared<nn::BatchNorm2d>(64), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(3136, 128), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(128, 10)});
+}
+
+void run_mlp(const Settings& settings) {
+  const std::int64_t batch = 128;
+  auto model = make_mlp();
+  optim::SGDOptions options;
+  options.lr = 0.01;
+  options.momentum = 0.9;
+  optim::SGD optimizer(model->parameters(), options);
+  Tensor input = randn({batch, 784});
+  Tensor labels = randint(0, 10, {batch});
+  measure(settings, "mlp", batch, [&] {
+    optimizer.zero_grad();
+    Tensor loss = cross_entropy(model->forward(input), labels);
+    loss.backward();
+    optimizer.step();
+  });
+}
+
+void run_cnn(const Settings& settings) {
+  const std::int64_t batch = 64;
+  auto model = make_cnn();
+  optim::Adam optimizer(model->parameters(), optim::AdamOptions{});
+  Tensor input = randn({batch, 1, 28, 28});
+  Tensor labels = randint(0, 10, {batch});
+  measure(settings, "cnn", batch, [&] {
+    optimizer.zero_grad();
+    Tensor loss = cross_entropy(model->forward(input), labels);
+    loss.backward();
+    optimizer.step();
+  });
+}
+
+void run_bn_fwd_bwd(const Settings& settings) {
+  nn::BatchNorm2d norm(64);
+  Tensor input = randn({64, 64, 28, 28}).requires_grad_();
+  Tensor output_grad = randn({64, 64, 28, 28});
+  measure(settings, "bn_fwd_bwd", 64, [&] {
+    input.set_grad(Tensor());
+    for (Tensor parameter : norm.parameters()) parameter.set_grad(Tensor());
+    norm.forward(input).backward(output_grad);
+  });
+}
+
+void run_infer_mlp(const Settings& settings, std::int64_t batch) {
+  auto model = make_mlp();
+  model->eval();
+  Tensor input = randn({batch, 784});
+  NoGradGuard no_grad;
+  Tensor output;
+  measure(settings, "infer_mlp_b" + std::to_string(batch), static_cast<double>(batch),
+          [&] { output = model->forward(input); });
+}
+
+void run_matmul(const Settings& settings) {
+  const std::int64_t n = 1024;
+  Tensor a = randn({n, n}), b = randn({n, n});
+  Tensor c;
+  measure(settings, "matmul", 1, [&] { c = matmul(a, b); }, 2.0 * n * n * n);
+}
+
+int usage(const char* program) {
+  std::fprintf(stderr, "usage: %s [--threads N] [--seconds S] [--workload NAME] [--smoke]\n", program);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+      settings.threads = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      settings.seconds = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
+      settings.workload = argv[++i];
+    } else if (std::strcmp(argv[i], "--smoke") == 0) {
+      settings.smoke = true;
+    } else {
+      return usage(argv[0]);
+    }
+  }
+  if (settings.threads < 1) return usage(argv[0]);
+  set_num_threads(settings.threads);
+  manual_seed(0);
+  const std::pair<const char*, std::function<void()>> workloads[] = {
+      {"mlp", [&] { run_mlp(settings); }},
+      {"cnn", [&] { run_cnn(settings); }},
+      {"bn_fwd_bwd", [&] { run_bn_fwd_bwd(settings); }},
+      {"infer_mlp_b1", [&] { run_infer_mlp(settings, 1); }},
+      {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
+      {"matmul", [&] { run_matmul(settings); }},
+  };
+  bool ran = false;
+  for (const auto& [name, run] : workloads) {
+    if (!settings.workload.empty() && settings.workload != name) continue;
+    run();
+    ran = true;
+  }
+  if (!ran) {
+    std::fprintf(stderr, "unknown workload '%s'\n", settings.workload.c_str());
+    return 2;
+  }
+  rusage usage_info{};
+  getrusage(RUSAGE_SELF, &usage_info);
+  std::printf("max_rss_mb=%.1f\n", static_cast<double>(usage_info.ru_maxrss) / 1024.0);
+  return 0;
+}

@@ -1,0 +1,171 @@
+// libtorch's half of the side-by-side comparison (bench/compare.cpp is tapegrad's, with the same workloads
+// line for line, the same options and the same output; see there for the list). Built only when libtorch is
+// found; the tapegrad library never links it.
+//   compare_torch [--threads N] [--seconds S] [--workload NAME] [--smoke]
+// Note: Debian's libtorch calls whatever libblas.so.3 resolves to: the netlib reference BLAS unless told
+// otherwise, which makes its Linear layers ~20x slower. Run it with
+// LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (bench/compare.sh does) so the comparison is
+// against OpenBLAS.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace {
+
+
+struct Settings {
+  int threads = 1;
+  double seconds = 3.0;
+  std::string workload;  // empty: all
+  bool smoke = false;
+};
+
+/// Runs `step` for a warm-up and then for `settings.seconds`, and prints the workload's line.
+void measure(const Settings& settings, const std::string& name, double samples_per_step,
+             const std::function<void()>& step, double flops_per_step = 0.0) {
+  using Clock = std::chrono::steady_clock;
+  const int warmup_steps = settings.smoke ? 1 : 3;
+  for (int i = 0; i < warmup_steps; ++i) step();
+  const auto start = Clock::now();
+  long steps = 0;
+  double elapsed = 0.0;
+  do {
+    step();
+    ++steps;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (settings.smoke ? steps < 1 : elapsed < settings.seconds);
+  const double seconds_per_step = elapsed / static_cast<double>(steps);
+  std::printf("workload=%s threads=%d samples_per_s=%.6g ms_per_step=%.6g", name.c_str(), settings.threads,
+              samples_per_step / seconds_per_step, seconds_per_step * 1e3);
+  if (flops_per_step > 0) std::printf(" gflops=%.6g", flops_per_step / seconds_per_step * 1e-9);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+torch::nn::Sequential make_mlp() {
+  return torch::nn::Sequential(torch::nn::Linear(784, 512), torch::nn::BatchNorm1d(512), torch::nn::ReLU(),
+                               torch::nn::Linear(512, 512), torch::nn::BatchNorm1d(512), torch::nn::ReLU(),
+                               torch::nn::Linear(512, 10));
+}
+
+torch::nn::Sequential make_cnn() {
+  return torch::nn::Sequential(
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)), torch::nn::BatchNorm2d(32),
+      torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)), torch::nn::BatchNorm2d(64),
+      torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(), torch::nn::Linear(3136, 128),
+      torch::nn::ReLU(), torch::nn::Linear(128, 10));
+}
+
+void run_mlp(const Settings& settings) {
+  const std::int64_t batch = 128;
+  auto model = make_mlp();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  torch::Tensor input = torch::randn({batch, 784});
+  torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
+  measure(settings, "mlp", batch, [&] {
+    optimizer.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
+    loss.backward();
+    optimizer.step();
+  });
+}
+
+void run_cnn(const Settings& settings) {
+  const std::int64_t batch = 64;
+  auto model = make_cnn();
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  torch::Tensor input = torch::randn({batch, 1, 28, 28});
+  torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
+  measure(settings, "cnn", batch, [&] {
+    optimizer.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
+    loss.backward();
+    optimizer.step();
+  });
+}
+
+void run_bn_fwd_bwd(const Settings& settings) {
+  torch::nn::BatchNorm2d norm(64);
+  torch::Tensor input = torch::randn({64, 64, 28, 28}).requires_grad_();
+  torch::Tensor output_grad = torch::randn({64, 64, 28, 28});
+  measure(settings, "bn_fwd_bwd", 64, [&] {
+    input.mutable_grad() = torch::Tensor();
+    for (torch::Tensor& parameter : norm->parameters()) parameter.mutable_grad() = torch::Tensor();
+    norm->forward(input).backward(output_grad);
+  });
+}
+
+void run_infer_mlp(const Settings& settings, std::int64_t batch) {
+  auto model = make_mlp();
+  model->eval();
+  torch::Tensor input = torch::randn({batch, 784});
+  torch::NoGradGuard no_grad;
+  torch::Tensor output;
+  measure(settings, "infer_mlp_b" + std::to_string(batch), static_cast<double>(batch),
+          [&] { output = model->forward(input); });
+}
+
+void run_matmul(const Settings& settings) {
+  const std::int64_t n = 1024;
+  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c;
+  measure(settings, "matmul", 1, [&] { c = torch::matmul(a, b); }, 2.0 * n * n * n);
+}
+
+int usage(const char* program) {
+  std::fprintf(stderr, "usage: %s [--threads N] [--seconds S] [--workload NAME] [--smoke]\n", program);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+      settings.threads = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      settings.seconds = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--workload") == 0 && i + 1 < argc) {
+      settings.workload = argv[++i];
+    } else if (std::strcmp(argv[i], "--smoke") == 0) {
+      settings.smoke = true;
+    } else {
+      return usage(argv[0]);
+    }
+  }
+  if (settings.threads < 1) return usage(argv[0]);
+  torch::set_num_threads(settings.threads);
+  torch::manual_seed(0);
+  const std::pair<const char*, std::function<void()>> workloads[] = {
+      {"mlp", [&] { run_mlp(settings); }},
+      {"cnn", [&] { run_cnn(settings); }},
+      {"bn_fwd_bwd", [&] { run_bn_fwd_bwd(settings); }},
+      {"infer_mlp_b1", [&] { run_infer_mlp(settings, 1); }},
+      {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
+      {"matmul", [&] { run_matmul(settings); }},
+  };
+  bool ran = false;
+  for (const auto& [name, run] : workloads) {
+    if (!settings.workload.empty() && settings.workload != name) continue;
+    run();
+    ran = true;
+  }
+  if (!ran) {
+    std::fprintf(stderr, "unknown workload '%s'\n", settings.workload.c_str());
+    return 2;
+  }
+  rusage usage_info{};
+  getrusage(RUSAGE_SELF, &usage_info);
+  std::printf("max_rss_mb=%.1f\n", static_cast<double>(usage_info.ru_maxrss) / 1024.0);
+  return 0;
+}
