@@ -1,0 +1,164 @@
+// The figure tapegrad's design starts from: over training batches, one BatchNorm channel's batch mean and
+// variance fluctuate, while its running mean and variance converge toward the true statistics of the data.
+// The channel is channel --channel of a fixed, randomly initialised Conv2d(1, 4, 3, padding 1) over
+// Fashion-MNIST; three BatchNorm2d layers see the same batches with momentum 0.1, 0.01 and unset
+// (cumulative average). The true statistics are the mean and unbiased variance of that channel over all
+// 60,000 training images. Writes <output-dir>/running_stats.csv and, with gnuplot, running_stats.png.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "common/training.h"
+
+using namespace tapegrad;
+
+namespace {
+
+/// Count, mean and unbiased variance of one channel's values, accumulated in double.
+struct ChannelStats {
+  double count = 0, sum = 0, sum_of_squares = 0;
+
+  void add(const Tensor& features, std::int64_t channel) {
+    const std::int64_t batch = features.size(0), channels = features.size(1),
+                       plane = features.size(2) * features.size(3);
+    const float* values = features.data<float>();
+    for (std::int64_t n = 0; n < batch; ++n) {
+      const float* p = values + (n * channels + channel) * plane;
+      for (std::int64_t i = 0; i < plane; ++i) {
+        sum += p[i];
+        sum_of_squares += static_cast<double>(p[i]) * p[i];
+      }
+    }
+    count += static_cast<double>(batch * plane);
+  }
+  double mean() const { return sum / count; }
+  // Note: sum-of-squares form in double; the values are O(1) and the counts below 1e8, so cancellation
+  // costs far less than the float32 the features are stored in.
+  double unbiased_var() const { return (sum_of_squares - sum * sum / count) / (count - 1); }
+};
+
+struct Tracked {
+  std::string label;
+  std::shared_ptr<nn::BatchNorm2d> layer;
+};
+
+/// The range a zoomed panel shows: the batch statistics' spread, with a margin.
+struct Range {
+  double low = 1e300, high = -1e300;
+  void add(double v) { low = std::min(low, v); high = std::max(high, v); }
+  std::string gnuplot() const {
+    const double margin = 0.15 * (high - low);
+    return fmt::format("[{:.6g}:{:.6g}]", low - margin, high + margin);
+  }
+};
+
+void plot(const std::string& output_dir, const std::string& csv, const Range& mean_range, const Range& var_range) {
+  const std::string script = output_dir + "/running_stats.gp";
+  std::ofstream out(script);
+  auto panel = [&](const std::string& title, int batch_column, int first_running, int true_column,
+                   const std::string& what) {
+    return fmt::format("set title '{1}'\n"
+                       "plot '{0}' using 1:{2} with lines lc rgb '#bbbbbb' title 'batch {5}', "
+                       "'{0}' using 1:{3} with lines lw 2 title 'running, momentum 0.1', "
+                       "'{0}' using 1:{6} with lines lw 2 title 'running, momentum 0.01', "
+                       "'{0}' using 1:{7} with lines lw 2 title 'running, cumulative', "
+                       "'{0}' using 1:{4} with lines dt 2 lw 2 lc rgb 'black' title 'true {5}'\n",
+                       csv, title, batch_column, first_running, true_column, what, first_running + 2,
+                       first_running + 4);
+  };
+  out << "set datafile separator ','\nset terminal pngcairo size 1200,900 noenhanced\n"
+      << fmt::format("set output '{}/running_stats.png'\n", output_dir)
+      << "set multiplot layout 2,2 title 'One BatchNorm channel over training batches'\n"
+      << "set xlabel 'batch'\nset key top right box opaque\n"
+      << panel("mean", 2, 4, 10, "mean") << panel("unbiased variance", 3, 5, 11, "variance")
+      << "set key bottom right box opaque\n"
+      << "set yrange " << mean_range.gnuplot() << "\n" << panel("mean (zoomed to the batch spread)", 2, 4, 10, "mean")
+      << "set yrange " << var_range.gnuplot() << "\n"
+      << panel("unbiased variance (zoomed to the batch spread)", 3, 5, 11, "variance")
+      << "unset multiplot\n";
+  out.close();
+  examples::run_gnuplot(script);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  examples::Options options;
+  options.batch_size = 32;
+  std::int64_t steps = 600, channel = 0;
+  CLI::App app{"Batch vs running BatchNorm statistics over training batches (CSV + PNG)"};
+  examples::add_options(app, options);
+  app.add_option("--steps", steps, "training batches to follow")->capture_default_str();
+  app.add_option("--channel", channel, "which of the 4 channels to follow")->check(CLI::Range(0, 3))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  examples::apply(options, "running_stats");
+
+  data::FashionMnistOptions data_options;
+  data_options.dir = options.data_dir;
+  const data::FashionMNIST train_set(data::Split::Train, data_options);
+
+  nn::Conv2d features(nn::Conv2dOptions{1, 4, 3}.with_padding(1));  // fixed: the statistics do not drift
+  NoGradGuard no_grad;  // nothing here is differentiated; BatchNorm's running update does not need the tape
+
+  ChannelStats truth;
+  {
+    data::DataLoader all(train_set, data::DataLoaderOptions{}.with_batch_size(1000));
+    for (auto& batch : all) truth.add(features(batch.images), channel);
+  }
+  fmt::print("channel {} over all {} training images: mean {:.6f}, unbiased variance {:.6f}\n", channel,
+             train_set.size(), truth.mean(), truth.unbiased_var());
+
+  std::vector<Tracked> tracked;
+  for (const auto& [label, momentum] : std::vector<std::pair<std::string, std::optional<double>>>{
+           {"momentum 0.1", 0.1}, {"momentum 0.01", 0.01}, {"cumulative", std::nullopt}}) {
+    nn::BatchNormOptions bn_options{4};
+    bn_options.momentum = momentum;
+    tracked.push_back({label, std::make_shared<nn::BatchNorm2d>(bn_options)});
+    tracked.back().layer->train();
+  }
+
+  const std::string csv = options.output_dir + "/running_stats.csv";
+  std::ofstream out(csv);
+  out << "batch,batch_mean,batch_var,running_mean_0.1,running_var_0.1,running_mean_0.01,running_var_0.01,"
+         "running_mean_cumulative,running_var_cumulative,true_mean,true_var\n";
+  data::DataLoader loader(train_set, data::DataLoaderOptions{}
+                                         .with_batch_size(options.batch_size)
+                                         .with_shuffle()
+                                         .with_drop_last()
+                                         .with_seed(options.seed));
+  std::int64_t step = 0;
+  Range mean_range, var_range;
+  while (step < steps) {
+    for (auto& batch : loader) {
+      if (step >= steps) break;
+      ++step;
+      const Tensor x = features(batch.images);
+      ChannelStats batch_stats;
+      batch_stats.add(x, channel);
+      mean_range.add(batch_stats.mean());
+      var_range.add(batch_stats.unbiased_var());
+      out << fmt::format("{},{:.8g},{:.8g}", step, batch_stats.mean(), batch_stats.unbiased_var());
+      for (auto& t : tracked) {
+        (*t.layer)(x);  // training mode: batch statistics, and the EMA (or cumulative) update of the buffers
+        out << fmt::format(",{:.8g},{:.8g}", t.layer->running_mean.data<float>()[channel],
+                           t.layer->running_var.data<float>()[channel]);
+      }
+      out << fmt::format(",{:.8g},{:.8g}\n", truth.mean(), truth.unbiased_var());
+    }
+  }
+  out.close();
+  for (const auto& t : tracked) {
+    const double mean = t.layer->running_mean.data<float>()[channel], var = t.layer->running_var.data<float>()[channel];
+    fmt::print("after {} batches, {:>13}: running mean {:.6f} (error {:+.2e}), running variance {:.6f} (error {:+.2e})\n",
+               steps, t.label, mean, mean - truth.mean(), var, var - truth.unbiased_var());
+  }
+  fmt::print("wrote {}\n", csv);
+  plot(options.output_dir, csv, mean_range, var_range);
+  return 0;
+} catch (const std::exception& error) {
+  std::cerr << "running_stats: " << error.what() << "\n";
+  return 1;
+}
