@@ -1,5 +1,5 @@
 #pragma once
-/// nn::Dropout: inverted dropout in training mode, the identity in eval mode, with its own generator.
+/// nn::Dropout: inverted dropout in training mode, the identity in eval mode, with its own random stream.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -8,7 +8,7 @@
 
 namespace tapegrad::nn {
 
-/// Options for Dropout: drop probability p (PyTorch's default 0.5) and the seed of the layer's generator.
+/// Options for Dropout: drop probability p (PyTorch's default 0.5) and the seed of the layer's random stream.
 struct DropoutOptions {
   double p = 0.5;
   std::uint64_t seed = 5489u;
@@ -22,8 +22,11 @@ struct DropoutOptions {
   }
 };
 
-/// Note: each Dropout owns a Generator seeded from its options, so masks are reproducible and independent
-/// of every other random stream (initialisation, data shuffling). clone() copies the generator's state.
+/// Note: each Dropout has its own random stream, independent of every other one (initialisation, data
+/// shuffling): the k-th training-mode forward draws its mask from a generator seeded with a mix of (seed, k).
+/// k is the persistent buffer num_masks_drawn (0-dim int64), so the stream's position is part of state():
+/// a checkpoint resumes the same masks, and clone() continues the same stream. A saved engine state would
+/// be 2.5 KB of standard-library-specific text per layer; the counter is one portable integer.
 class Dropout : public Module {
  public:
   explicit Dropout(DropoutOptions options = {});
@@ -32,11 +35,18 @@ class Dropout : public Module {
   std::string extra_repr() const override;
   std::shared_ptr<Module> clone() const override;
   double p() const { return options_.p; }
-  Generator& generator() { return generator_; }
+  std::uint64_t seed() const { return options_.seed; }
+  /// Training-mode forwards so far: the position in the layer's random stream.
+  Tensor num_masks_drawn;
+
+ protected:
+  /// Version 2 added num_masks_drawn (version 1 did not save the stream's position).
+  int state_version() const override { return 2; }
+  /// A version-1 state gets num_masks_drawn = 0: the stream starts again from the seed, as it did then.
+  void upgrade_state(NamedTensors& state, const std::string& prefix, int from_version) const override;
 
  private:
   DropoutOptions options_;
-  Generator generator_;
 };
 
 }  // namespace tapegrad::nn

@@ -194,6 +194,31 @@ TEST_CASE("Dropout masks are reproducible from the seed and fresh on every call"
   CHECK(identical(copy->forward(x), a(x)));  // the clone continues the same stream
 }
 
+TEST_CASE("Dropout's stream position is state: a fresh layer loaded with it draws the next mask") {
+  nn::Dropout a(nn::DropoutOptions{}.with_seed(9)), fresh(nn::DropoutOptions{}.with_seed(9));
+  CHECK(names(a.state()) == std::vector<std::string>{"num_masks_drawn"});
+  const Tensor x = ones({100});
+  a(x);
+  a(x);
+  a.eval();
+  a(x);  // eval mode draws nothing
+  a.train();
+  CHECK(a.num_masks_drawn.item() == 2.0);
+  fresh.load_state(a.state());
+  CHECK(identical(fresh(x), a(x)));
+  CHECK(identical(fresh(x), a(x)));
+}
+
+TEST_CASE("a version-1 Dropout state (no stream position) loads and starts the stream from the seed") {
+  nn::Dropout old_layer(nn::DropoutOptions{}.with_seed(4)), reference(nn::DropoutOptions{}.with_seed(4));
+  const Tensor x = ones({64});
+  old_layer(x);
+  old_layer.load_state({}, /*strict=*/true, {{"", 1}});
+  CHECK(old_layer.num_masks_drawn.item() == 0.0);
+  CHECK(identical(old_layer(x), reference(x)));
+  CHECK(old_layer.state_versions().at("") == 2);
+}
+
 TEST_CASE("Dropout backward is g * mask / (1 - p), and p is validated") {
   nn::Dropout drop(0.25);
   Tensor x = ones({50}, TensorOptions{}.with_dtype(DType::Float64).with_requires_grad());
