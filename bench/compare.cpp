@@ -12,10 +12,11 @@
 //   infer_mlp_b1024  the same, batch 1024
 //   matmul         1024x1024 @ 1024x1024 (also prints gflops)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
-//   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y>
+//   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
 // and at the end max_rss_mb=<m> (the process's peak resident set, from getrusage).
 // --smoke runs two steps of each workload (what CI's bench_smoke does): it checks that they run, not speed.
 #include <sys/resource.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -42,9 +43,17 @@ struct Settings {
 void measure(const Settings& settings, const std::string& name, double samples_per_step,
              const std::function<void()>& step, double flops_per_step = 0.0) {
   using Clock = std::chrono::steady_clock;
+  // Note: process CPU time as well as wall time: on a shared machine a 1-thread run's wall time also counts
+  // the time other processes held the core; its CPU time does not (at 2 threads it sums both threads).
+  const auto cpu_seconds = [] {
+    timespec time{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
+    return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_nsec) * 1e-9;
+  };
   const int warmup_steps = settings.smoke ? 1 : 3;
   for (int i = 0; i < warmup_steps; ++i) step();
   const auto start = Clock::now();
+  const double cpu_start = cpu_seconds();
   long steps = 0;
   double elapsed = 0.0;
   do {
@@ -53,10 +62,11 @@ void measure(const Settings& settings, const std::string& name, double samples_p
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (settings.smoke ? steps < 1 : elapsed < settings.seconds);
   const double seconds_per_step = elapsed / static_cast<double>(steps);
+  const double cpu_seconds_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(steps);
   std::printf("workload=%s threads=%d samples_per_s=%.6g ms_per_step=%.6g", name.c_str(), settings.threads,
               samples_per_step / seconds_per_step, seconds_per_step * 1e3);
   if (flops_per_step > 0) std::printf(" gflops=%.6g", flops_per_step / seconds_per_step * 1e-9);
-  std::printf("\n");
+  std::printf(" cpu_ms_per_step=%.6g\n", cpu_seconds_per_step * 1e3);
   std::fflush(stdout);
 }
 

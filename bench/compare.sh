@@ -51,7 +51,8 @@ for ((rep = 1; rep <= reps; ++rep)); do
                      --seconds "$seconds" --workload "$workload")
         fi
         rss=$(sed -n 's/^max_rss_mb=//p' <<<"$output")
-        sed -n "s/^workload=.*samples_per_s=\([^ ]*\).*/$side $workload $threads \1 $rss/p" <<<"$output" \
+        sed -n "s/^workload=.*samples_per_s=\([^ ]*\).*cpu_ms_per_step=\([^ ]*\).*/$side $workload $threads \1 $rss \2/p" \
+          <<<"$output" \
           | tee -a "$results" >&2
       done
     done
@@ -69,7 +70,7 @@ awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" 
     }
     return n % 2 ? values[(n + 1) / 2] : (values[n / 2] + values[n / 2 + 1]) / 2
   }
-  { key = $1 SUBSEP $2 SUBSEP $3; speed[key] = speed[key] " " $4; rss[key] = rss[key] " " $5 }
+  { key = $1 SUBSEP $2 SUBSEP $3; speed[key] = speed[key] " " $4; rss[key] = rss[key] " " $5; cpu[key] = cpu[key] " " $6 }
   END {
     target["mlp", 1] = 1.25; target["mlp", 2] = 1.25; target["cnn", 1] = 1.8; target["cnn", 2] = 1.5
     target["bn_fwd_bwd", 1] = 3; target["bn_fwd_bwd", 2] = 2.5
@@ -79,15 +80,17 @@ awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" 
     n_threads = split(thread_counts, threads_list, " ")
     n_workloads = split(workloads, workload_list, " ")
     printf "Throughput ratio tapegrad / libtorch 1.13 + OpenBLAS (openmp), medians of %d interleaved runs\n\n", reps
-    printf "| workload | threads | tapegrad samples/s | libtorch samples/s | ratio | target | met |\n"
-    printf "|---|---|---|---|---|---|---|\n"
+    printf "| workload | threads | tapegrad samples/s | libtorch samples/s | ratio | target | met | CPU-time ratio |\n"
+    printf "|---|---|---|---|---|---|---|---|\n"
     for (w = 1; w <= n_workloads; ++w) for (t = 1; t <= n_threads; ++t) {
       name = workload_list[w]; threads = threads_list[t]
       a = median(speed["tapegrad", name, threads]); b = median(speed["libtorch", name, threads])
       goal = ((name, threads) in target) ? target[name, threads] : 0
       ratio = b > 0 ? a / b : 0
-      printf "| %s | %d | %.4g | %.4g | %.2fx | %s | %s |\n", name, threads, a, b, ratio,
-             goal ? sprintf(">= %.2fx", goal) : "-", goal ? (ratio >= goal ? "yes" : "no") : "-"
+      cpu_a = median(cpu["tapegrad", name, threads]); cpu_b = median(cpu["libtorch", name, threads])
+      printf "| %s | %d | %.4g | %.4g | %.2fx | %s | %s | %.2fx |\n", name, threads, a, b, ratio,
+             goal ? sprintf(">= %.2fx", goal) : "-", goal ? (ratio >= goal ? "yes" : "no") : "-",
+             (cpu_a > 0 ? cpu_b / cpu_a : 0)
     }
     if (index(" " workloads " ", " cnn ")) {
       printf "\nPeak resident memory of a cnn training process (max_rss_mb, median):\n\n"
@@ -95,9 +98,11 @@ awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" 
       for (t = 1; t <= n_threads; ++t) {
         threads = threads_list[t]
         a = median(rss["tapegrad", "cnn", threads]); b = median(rss["libtorch", "cnn", threads])
-        printf "| %d | %.1f | %.1f | %s |\n", threads, a, b, a <= b ? "yes" : "no"
+        printf "| %d | %.1f | %.1f | %s |\n", threads, a, b, (a <= b ? "yes" : "no")
       }
     }
+    printf "\nCPU-time ratio: libtorch CPU ms per step / tapegrad CPU ms per step (medians). At 1 thread it discounts\n"
+    printf "the time other processes held the core; at 2 threads it sums both threads (efficiency, not speed).\n"
   }' "$results"
 echo
 echo "Load average (1, 5, 15 min) before: $load_before; after: $load_after (on $(nproc) cores)."

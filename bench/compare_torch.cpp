@@ -7,6 +7,7 @@
 // LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (bench/compare.sh does) so the comparison is
 // against OpenBLAS.
 #include <sys/resource.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -32,9 +33,17 @@ struct Settings {
 void measure(const Settings& settings, const std::string& name, double samples_per_step,
              const std::function<void()>& step, double flops_per_step = 0.0) {
   using Clock = std::chrono::steady_clock;
+  // Note: process CPU time as well as wall time: on a shared machine a 1-thread run's wall time also counts
+  // the time other processes held the core; its CPU time does not (at 2 threads it sums both threads).
+  const auto cpu_seconds = [] {
+    timespec time{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
+    return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_nsec) * 1e-9;
+  };
   const int warmup_steps = settings.smoke ? 1 : 3;
   for (int i = 0; i < warmup_steps; ++i) step();
   const auto start = Clock::now();
+  const double cpu_start = cpu_seconds();
   long steps = 0;
   double elapsed = 0.0;
   do {
@@ -43,10 +52,11 @@ void measure(const Settings& settings, const std::string& name, double samples_p
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (settings.smoke ? steps < 1 : elapsed < settings.seconds);
   const double seconds_per_step = elapsed / static_cast<double>(steps);
+  const double cpu_seconds_per_step = (cpu_seconds() - cpu_start) / static_cast<double>(steps);
   std::printf("workload=%s threads=%d samples_per_s=%.6g ms_per_step=%.6g", name.c_str(), settings.threads,
               samples_per_step / seconds_per_step, seconds_per_step * 1e3);
   if (flops_per_step > 0) std::printf(" gflops=%.6g", flops_per_step / seconds_per_step * 1e-9);
-  std::printf("\n");
+  std::printf(" cpu_ms_per_step=%.6g\n", cpu_seconds_per_step * 1e3);
   std::fflush(stdout);
 }
 
