@@ -20,6 +20,10 @@
 #include <iterator>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/archive/archive_exception.hpp>
@@ -57,13 +61,91 @@ std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc = 
   return crc;
 }
 
-std::uint32_t entry_crc(const CheckpointEntry& entry) {
+std::size_t data_bytes(const Tensor& t) { return static_cast<std::size_t>(t.numel()) * element_size(t.dtype()); }
+
+std::uint32_t data_crc(const CheckpointEntry& entry) { return crc32_of(entry.value.raw_data(), data_bytes(entry.value)); }
+
+// CRC-32 of name, dims and data, in that order (crc32_combine appends the data's own checksum exactly).
+std::uint32_t entry_crc(const CheckpointEntry& entry, std::uint32_t data_checksum) {
   std::uint32_t crc = crc32_of(entry.name.data(), entry.name.size());
   const auto dims = entry.value.shape();
   crc = crc32_of(dims.data(), dims.size() * sizeof(std::int64_t), crc);
-  return crc32_of(entry.value.raw_data(), static_cast<std::size_t>(entry.value.numel()) * element_size(entry.value.dtype()),
-                  crc);
+  return static_cast<std::uint32_t>(
+      ::crc32_combine(crc, data_checksum, static_cast<z_off_t>(data_bytes(entry.value))));
 }
+std::uint32_t entry_crc(const CheckpointEntry& entry) { return entry_crc(entry, data_crc(entry)); }
+
+// Note: a payload is never held in memory whole. Saving runs the archive twice over the checkpoint: first into
+// a sink that only counts bytes and checksums them (the header line, which comes first, needs both), then
+// straight into the destination. Tensor data reaches the sink as one large write, not copied in between.
+class PayloadSink : public std::streambuf {
+ public:
+  explicit PayloadSink(std::FILE* file = nullptr, std::ostream* stream = nullptr, bool checksum = true)
+      : file_(file), stream_(stream), checksum_(checksum) {
+    setp(buffer_, buffer_ + sizeof(buffer_));
+  }
+  ~PayloadSink() override = default;
+  /// Flushes what is buffered; false when the destination failed.
+  bool finish() { return flush_buffer() && ok_; }
+  std::uint64_t bytes() const { return bytes_; }
+  std::uint32_t crc() const { return crc_; }
+  /// Announces that the next write of exactly (data, count) has checksum `crc`, so it is not computed again.
+  void expect(const void* data, std::size_t count, std::uint32_t crc) {
+    hint_data_ = data;
+    hint_count_ = count;
+    hint_crc_ = crc;
+  }
+
+ protected:
+  int_type overflow(int_type ch) override {
+    if (!flush_buffer()) return traits_type::eof();
+    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(ch);
+      pbump(1);
+    }
+    return traits_type::not_eof(ch);
+  }
+  std::streamsize xsputn(const char* data, std::streamsize count) override {
+    if (count < static_cast<std::streamsize>(sizeof(buffer_)) / 2 && epptr() - pptr() >= count) {
+      std::memcpy(pptr(), data, static_cast<std::size_t>(count));
+      pbump(static_cast<int>(count));
+      return count;
+    }
+    if (!flush_buffer()) return 0;
+    consume(data, static_cast<std::size_t>(count));
+    return ok_ ? count : 0;
+  }
+  int sync() override { return flush_buffer() ? 0 : -1; }
+
+ private:
+  bool flush_buffer() {
+    const auto pending = static_cast<std::size_t>(pptr() - pbase());
+    if (pending > 0) consume(pbase(), pending);
+    setp(buffer_, buffer_ + sizeof(buffer_));
+    return ok_;
+  }
+  void consume(const char* data, std::size_t count) {
+    bytes_ += count;
+    if (checksum_ && data == hint_data_ && count == hint_count_) {
+      crc_ = static_cast<std::uint32_t>(::crc32_combine(crc_, hint_crc_, static_cast<z_off_t>(count)));
+      hint_data_ = nullptr;
+    } else if (checksum_) {
+      crc_ = crc32_of(data, count, crc_);
+    }
+    if (file_ && std::fwrite(data, 1, count, file_) != count) ok_ = false;
+    if (stream_ && !stream_->write(data, static_cast<std::streamsize>(count))) ok_ = false;
+  }
+  std::FILE* file_;
+  std::ostream* stream_;
+  bool checksum_;
+  bool ok_ = true;
+  std::uint64_t bytes_ = 0;
+  std::uint32_t crc_ = 0;
+  const void* hint_data_ = nullptr;
+  std::size_t hint_count_ = 0;
+  std::uint32_t hint_crc_ = 0;
+  char buffer_[1 << 16];
+};
 
 /// What one archive holds. The class version is the payload layout version (Boost's class versioning).
 class Payload {
@@ -72,10 +154,19 @@ class Payload {
   Checkpoint* target = nullptr;        // when loading
   std::uint64_t budget = 0;            // payload bytes: no length read may exceed it
   std::string current = "<header>";    // what is being read, for error messages
+  // Note: when the whole payload's checksum already matched, the per-entry ones cannot fail, so loading
+  // skips them (one pass less over the data); they are checked when it did not, to name the damaged entry.
+  bool verify_entries = true;
+  // Saving runs twice over the same checkpoint (measure, then write); the entry checksums are computed once.
+  // Per entry: the checksum of its data alone and of the whole entry.
+  mutable std::vector<std::pair<std::uint32_t, std::uint32_t>> entry_crcs;
+  PayloadSink* sink = nullptr;  // when saving into a sink that checksums (it is told the data's checksum)
+  mutable std::size_t next_crc = 0;
 
   template <class Archive>
   void save(Archive& ar, unsigned /*version*/) const {
     const Checkpoint& c = *source;
+    next_crc = 0;
     save_entries(ar, c.model);
     save_entries(ar, c.optimizer);
     save_entries(ar, c.scheduler);
@@ -187,8 +278,16 @@ class Payload {
     }
   }
 
+  const std::pair<std::uint32_t, std::uint32_t>& cached_crcs(const CheckpointEntry& entry) const {
+    if (next_crc == entry_crcs.size()) {
+      const std::uint32_t data = data_crc(entry);
+      entry_crcs.emplace_back(data, entry_crc(entry, data));
+    }
+    return entry_crcs[next_crc++];
+  }
+
   template <class Archive>
-  static void save_entries(Archive& ar, const std::vector<CheckpointEntry>& entries) {
+  void save_entries(Archive& ar, const std::vector<CheckpointEntry>& entries) const {
     save_u64(ar, entries.size());
     for (const CheckpointEntry& entry : entries) {
       const Tensor& t = entry.value;
@@ -197,8 +296,10 @@ class Payload {
       save_u64(ar, static_cast<std::uint64_t>(t.dtype()));
       save_u64(ar, t.shape().size());
       for (auto extent : t.shape()) save_u64(ar, static_cast<std::uint64_t>(extent));
-      const std::size_t bytes = static_cast<std::size_t>(t.numel()) * element_size(t.dtype());
+      const std::size_t bytes = data_bytes(t);
+      const auto& [data_checksum, entry_checksum] = cached_crcs(entry);
       if constexpr (is_binary<Archive>) {
+        if (sink) sink->expect(t.raw_data(), bytes, data_checksum);
         if (bytes > 0) ar << boost::serialization::make_binary_object(const_cast<void*>(t.raw_data()), bytes);
       } else {
         detail::dispatch_all(t.dtype(), [&](auto tag) {
@@ -209,7 +310,7 @@ class Payload {
           for (std::int64_t i = 0; i < t.numel(); ++i) ar << static_cast<Wide>(p[i]);
         });
       }
-      save_u64(ar, entry_crc(entry));
+      save_u64(ar, entry_checksum);
     }
   }
 
@@ -254,7 +355,7 @@ class Payload {
         });
       }
       const std::uint64_t crc = load_u64(ar);
-      if (crc != entry_crc(entry)) fail("checksum mismatch: the entry's data is corrupt");
+      if (verify_entries && crc != entry_crc(entry)) fail("checksum mismatch: the entry's data is corrupt");
       entries.push_back(std::move(entry));
     }
   }
@@ -268,6 +369,7 @@ BOOST_CLASS_VERSION(tapegrad::serialize_detail::Payload, 1)
 namespace tapegrad {
 
 using serialize_detail::Payload;
+using serialize_detail::PayloadSink;
 
 const char* entry_kind_name(EntryKind kind) {
   switch (kind) {
@@ -307,47 +409,81 @@ std::vector<CheckpointEntry> Checkpoint::from_named(const nn::NamedTensors& tens
 // ---- writing ----
 namespace {
 
-std::string encode_payload(const Checkpoint& checkpoint, ArchiveKind kind) {
-  std::ostringstream buffer(std::ios::binary);
-  Payload payload;
-  payload.source = &checkpoint;
-  {
-    if (kind == ArchiveKind::Binary) {
-      boost::archive::binary_oarchive ar(buffer, boost::archive::no_header);
-      ar << static_cast<const Payload&>(payload);
-    } else {
-      boost::archive::text_oarchive ar(buffer, boost::archive::no_header);
-      ar << static_cast<const Payload&>(payload);
-    }
+void encode_payload(Payload& payload, ArchiveKind kind, PayloadSink& sink) {
+  payload.sink = &sink;
+  if (kind == ArchiveKind::Binary) {
+    boost::archive::binary_oarchive ar(sink, boost::archive::no_header);
+    ar << static_cast<const Payload&>(payload);
+  } else {
+    std::ostream out(&sink);
+    boost::archive::text_oarchive ar(out, boost::archive::no_header);
+    ar << static_cast<const Payload&>(payload);
   }
-  return std::move(buffer).str();
 }
 
-std::string header_line(ArchiveKind kind, const std::string& payload) {
+std::string header_line(ArchiveKind kind, std::uint64_t payload_bytes, std::uint32_t payload_crc) {
   return fmt::format("TAPEGRAD {} {} f4d8i8 le {} {:08x}\n", kCheckpointFormatVersion,
-                     kind == ArchiveKind::Binary ? "binary" : "text", payload.size(),
-                     serialize_detail::crc32_of(payload.data(), payload.size()));
+                     kind == ArchiveKind::Binary ? "binary" : "text", payload_bytes, payload_crc);
+}
+
+// Measures the payload, writes the header line through `write_header`, then the payload into `destination`.
+template <class WriteHeader>
+bool write_checkpoint(const Checkpoint& checkpoint, ArchiveKind kind, WriteHeader&& write_header,
+                      PayloadSink& destination) {
+  Payload payload;
+  payload.source = &checkpoint;
+  PayloadSink measure;
+  encode_payload(payload, kind, measure);
+  measure.finish();
+  if (!write_header(header_line(kind, measure.bytes(), measure.crc()))) return false;
+  encode_payload(payload, kind, destination);
+  if (!destination.finish()) return false;
+  if (destination.bytes() != measure.bytes())
+    fail("save_checkpoint: the payload came out {} bytes long, then {}", measure.bytes(), destination.bytes());
+  return true;
 }
 
 }  // namespace
 
 void save_checkpoint(const Checkpoint& checkpoint, std::ostream& out, ArchiveKind kind) {
-  const std::string payload = encode_payload(checkpoint, kind);
-  const std::string header = header_line(kind, payload);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(payload.data(), static_cast<std::streamsize>(payload.size()));
-  if (!out) fail("save_checkpoint: writing to the stream failed");
+  PayloadSink sink(nullptr, &out, /*checksum=*/false);
+  bool written = false;
+  try {
+    written = write_checkpoint(
+        checkpoint, kind,
+        [&](const std::string& header) {
+          return static_cast<bool>(out.write(header.data(), static_cast<std::streamsize>(header.size())));
+        },
+        sink);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail("save_checkpoint: writing to the stream failed: {}", e.what());
+  }
+  if (!written || !out) fail("save_checkpoint: writing to the stream failed");
 }
 
 void save_checkpoint(const Checkpoint& checkpoint, const std::string& path, ArchiveKind kind) {
-  const std::string payload = encode_payload(checkpoint, kind);
-  const std::string header = header_line(kind, payload);
   const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
   std::FILE* file = std::fopen(temporary.c_str(), "wb");
   if (!file) fail("save: cannot open {} for writing: {}", temporary, std::strerror(errno));
-  const bool written = std::fwrite(header.data(), 1, header.size(), file) == header.size() &&
-                       std::fwrite(payload.data(), 1, payload.size(), file) == payload.size() &&
-                       std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
+  bool written = false;
+  try {
+    PayloadSink sink(file, nullptr, /*checksum=*/false);
+    written = write_checkpoint(
+                  checkpoint, kind,
+                  [&](const std::string& header) { return std::fwrite(header.data(), 1, header.size(), file) == header.size(); },
+                  sink) &&
+              std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
+  } catch (const Error&) {
+    std::fclose(file);
+    std::remove(temporary.c_str());
+    throw;
+  } catch (const std::exception& e) {  // the archive's own errors
+    std::fclose(file);
+    std::remove(temporary.c_str());
+    fail("save: writing {} failed: {}", temporary, e.what());
+  }
   const int saved_errno = errno;
   if (std::fclose(file) != 0 || !written) {
     std::remove(temporary.c_str());
@@ -363,14 +499,14 @@ void save_checkpoint(const Checkpoint& checkpoint, const std::string& path, Arch
 // ---- reading ----
 namespace {
 
-CheckpointHeader parse_header(const std::string& bytes, std::size_t& header_length, const std::string& source) {
+CheckpointHeader parse_header(std::string_view bytes, std::size_t& header_length, const std::string& source) {
   if (bytes.size() < 8 || bytes.compare(0, 8, "TAPEGRAD") != 0)
     fail("{}: not a tapegrad checkpoint (the file does not start with TAPEGRAD)", source);
   const std::size_t newline = bytes.find('\n');
   if (newline == std::string::npos || newline > serialize_detail::kMaxHeaderBytes)
     fail("{}: truncated or corrupt checkpoint header", source);
   header_length = newline + 1;
-  std::istringstream line(bytes.substr(8, newline - 8));
+  std::istringstream line(std::string(bytes.substr(8, newline - 8)));
   CheckpointHeader header;
   std::string kind, sizes, endian, crc_text;
   line >> header.format_version >> kind >> sizes >> endian >> header.payload_bytes >> crc_text;
@@ -400,15 +536,18 @@ CheckpointHeader parse_header(const std::string& bytes, std::size_t& header_leng
   return header;
 }
 
-Checkpoint decode(const std::string& bytes, const std::string& source) {
+Checkpoint decode(std::string_view bytes, const std::string& source) {
   std::size_t header_length = 0;
   const CheckpointHeader header = parse_header(bytes, header_length, source);
   const std::size_t available = bytes.size() - header_length;
   const char* data = bytes.data() + header_length;
+  const bool payload_intact =
+      available == header.payload_bytes && serialize_detail::crc32_of(data, available) == header.payload_crc32;
 
   Checkpoint checkpoint;
   Payload payload;
   payload.target = &checkpoint;
+  payload.verify_entries = !payload_intact;
   payload.budget = std::min<std::uint64_t>(available, header.payload_bytes);
   const std::string truncation =
       available < header.payload_bytes
@@ -432,18 +571,62 @@ Checkpoint decode(const std::string& bytes, const std::string& source) {
   if (!truncation.empty()) fail("{}: checkpoint is incomplete{}", source, truncation);
   if (available > header.payload_bytes)
     fail("{}: {} unexpected bytes after the checkpoint payload", source, available - header.payload_bytes);
-  if (serialize_detail::crc32_of(data, available) != header.payload_crc32)
-    fail("{}: checkpoint is corrupt (payload checksum mismatch)", source);
+  if (!payload_intact) fail("{}: checkpoint is corrupt (payload checksum mismatch)", source);
   return checkpoint;
 }
 
-std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("load: cannot open {}: {}", path, std::strerror(errno));
-  return read_all(in);
+// Reads the rest of the stream: in one read when it can tell its size, else through a buffer.
+std::string read_all(std::istream& in) {
+  const std::istream::pos_type start = in.tellg();
+  if (start != std::istream::pos_type(-1) && in.seekg(0, std::ios::end)) {
+    const std::istream::pos_type end = in.tellg();
+    in.seekg(start);
+    if (end != std::istream::pos_type(-1) && end >= start && in) {
+      std::string bytes(static_cast<std::size_t>(end - start), '\0');
+      in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      bytes.resize(static_cast<std::size_t>(in.gcount()));
+      return bytes;
+    }
+  }
+  in.clear();
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
+
+// Note: a file is mapped, not read: the kernel hands over its page-cache pages, with no copy into a fresh
+// (page-faulted, zeroed) buffer; MAP_POPULATE reads it in one sequential sweep.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail("load: cannot open {}: {}", path, std::strerror(errno));
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+      ::close(fd);
+      fail("load: cannot open {}: not a regular file", path);
+    }
+    size_ = static_cast<std::size_t>(info.st_size);
+    if (size_ > 0) {
+      void* address = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      if (address == MAP_FAILED) {
+        const int map_errno = errno;
+        ::close(fd);
+        fail("load: cannot map {}: {}", path, std::strerror(map_errno));
+      }
+      data_ = static_cast<const char*>(address);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {data_ ? data_ : "", size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 }  // namespace
 
@@ -451,7 +634,10 @@ Checkpoint load_checkpoint(std::istream& in, const std::string& source_name) {
   return decode(read_all(in), source_name);
 }
 
-Checkpoint load_checkpoint(const std::string& path) { return decode(read_file(path), path); }
+Checkpoint load_checkpoint(const std::string& path) {
+  const MappedFile file(path);
+  return decode(file.bytes(), path);
+}
 
 CheckpointHeader read_checkpoint_header(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
