@@ -100,6 +100,13 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const { return children_; }
 
+std::shared_ptr<Module> Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  if (!module) fail("replace_module: the replacement for '{}' is null ({})", name, type_name_);
+  for (auto& [child_name, child] : children_)
+    if (child_name == name) return child = std::move(module);
+  fail("replace_module: {} has no child named '{}'", type_name_, name);
+}
+
 std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out;
   collect_modules("", out);
@@ -247,6 +254,7 @@ LoadResult Module::load_state(const NamedTensors& entries, bool strict, const st
     Tensor target = tensor;  // a detached handle sharing the module's storage
     target.copy_(incoming[it->second].second);
   }
+  for (auto& [prefix, module] : named_modules()) module->after_load_state();
   return result;
 }
 

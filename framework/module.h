@@ -56,6 +56,9 @@ class Module {
   NamedTensors named_buffers(bool recurse = true) const;
   std::vector<std::shared_ptr<Module>> children() const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  /// Puts `module` in place of the child registered under `name` (as libtorch's replace_module); returns it.
+  /// Containers that also keep their own list (Sequential::replace) must go through their own method.
+  std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> module);
   /// This module (name "") and every descendant, depth first, parents before children.
   std::vector<std::pair<std::string, Module*>> named_modules();
   /// Calls fn on this module and every descendant (parents first).
@@ -101,6 +104,9 @@ class Module {
   virtual int state_version() const { return 1; }
   /// Rewrites `state` entries under `prefix` saved at `from_version` into the current layout.
   virtual void upgrade_state(NamedTensors& state, const std::string& prefix, int from_version) const;
+  /// Called on every module after load_state() has copied the values in, so a module can re-derive flags
+  /// it keeps in a buffer (a frozen BatchNorm). The default does nothing.
+  virtual void after_load_state() {}
   /// Copies every tensor, flag and child state of `source` into `fresh` (built with the same options); clone() uses it.
   std::shared_ptr<Module> clone_into(std::shared_ptr<Module> fresh) const;
   bool training_ = true;

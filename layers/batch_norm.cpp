@@ -28,6 +28,40 @@ BatchNormBase::BatchNormBase(std::string type_name, const BatchNormOptions& opti
     running_var = register_buffer("running_var", ones(channels));
     num_batches_tracked = register_buffer("num_batches_tracked", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
   }
+  frozen_flag_ = register_buffer("frozen", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
+  if (options_.frozen) freeze();
+}
+
+void BatchNormBase::freeze() {
+  NoGradGuard no_grad;
+  options_.frozen = true;
+  frozen_flag_.fill_(1.0);
+  for (Tensor* parameter : {&weight, &bias}) {
+    if (!parameter->defined()) continue;
+    if (parameter->requires_grad()) parameter->set_grad(Tensor());  // Note: else it would reappear on unfreeze()
+    parameter->requires_grad_(false);
+  }
+  training_ = false;
+}
+
+void BatchNormBase::unfreeze() {
+  NoGradGuard no_grad;
+  options_.frozen = false;
+  frozen_flag_.fill_(0.0);
+  for (Tensor* parameter : {&weight, &bias})
+    if (parameter->defined()) parameter->requires_grad_(true);
+  training_ = requested_training_;
+}
+
+void BatchNormBase::train(bool on) {
+  requested_training_ = on;
+  training_ = on && !options_.frozen;
+}
+
+void BatchNormBase::after_load_state() {
+  const bool loaded_frozen = frozen_flag_.item() != 0.0;
+  if (loaded_frozen && !options_.frozen) freeze();
+  if (!loaded_frozen && options_.frozen) unfreeze();
 }
 
 Tensor BatchNormBase::forward(const Tensor& input) {
@@ -40,6 +74,10 @@ Tensor BatchNormBase::forward(const Tensor& input) {
     fail("{}: input {} is {} but the layer is {} (convert the model with to())", type_name(),
          shape_string(input.shape()), dtype_name(input.dtype()), dtype_name(reference.dtype()));
 
+  if (input_observer_) {
+    input_observer_(input);
+    return batch_norm_train(input, weight, bias, options_.eps).output;
+  }
   if (!is_training() && options_.track_running_stats)
     return batch_norm_eval(input, running_mean, running_var, weight, bias, options_.eps);
   BatchNormTrainResult result = batch_norm_train(input, weight, bias, options_.eps);
@@ -67,16 +105,20 @@ void BatchNormBase::reset_running_stats() {
 }
 
 std::string BatchNormBase::extra_repr() const {
-  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", options_.num_features, options_.eps,
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}{}", options_.num_features, options_.eps,
                      options_.momentum ? fmt::format("{}", *options_.momentum) : std::string("None"), options_.affine,
-                     options_.track_running_stats);
+                     options_.track_running_stats, options_.frozen ? ", frozen=true" : "");
 }
 
+// Note: each step fills a key only when it is absent, so a non-strict load of a partial old state stays safe.
 void BatchNormBase::upgrade_state(NamedTensors& state, const std::string& prefix, int from_version) const {
-  if (from_version >= 2 || !options_.track_running_stats) return;
-  const std::string key = prefix + "num_batches_tracked";
-  const bool present = std::any_of(state.begin(), state.end(), [&](const auto& entry) { return entry.first == key; });
-  if (!present) state.emplace_back(key, zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
+  auto fill_missing = [&](const std::string& name) {
+    const std::string key = prefix + name;
+    const bool present = std::any_of(state.begin(), state.end(), [&](const auto& entry) { return entry.first == key; });
+    if (!present) state.emplace_back(key, zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
+  };
+  if (from_version < 2 && options_.track_running_stats) fill_missing("num_batches_tracked");
+  if (from_version < 3) fill_missing("frozen");
 }
 
 BatchNorm1d::BatchNorm1d(const BatchNormOptions& options) : BatchNormBase("BatchNorm1d", options) {}

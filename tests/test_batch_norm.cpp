@@ -431,7 +431,7 @@ TEST_CASE("buffer invariants hold for random models and inputs") {
         buffers.insert(name);
         buffer_data.insert(b.raw_data());
         RC_ASSERT(!b.requires_grad());
-        if (name.size() >= 19 && name.substr(name.size() - 19) == "num_batches_tracked")
+        if (name.ends_with("num_batches_tracked") || name.ends_with("frozen"))
           RC_ASSERT(b.dtype() == DType::Int64 && b.dim() == 0);
         else
           RC_ASSERT(b.dtype() == DType::Float64);
@@ -476,11 +476,13 @@ TEST_CASE("momentum unset is the cumulative average of the batch statistics") {
   CHECK(bn.num_batches_tracked.item() == 4);
 }
 
-TEST_CASE("track_running_stats = false has no buffers and uses batch statistics in eval") {
+TEST_CASE("track_running_stats = false has no statistics buffers and uses batch statistics in eval") {
   nn::BatchNormOptions o{3};
   o.track_running_stats = false;
   nn::BatchNorm2d bn(o);
-  CHECK(bn.buffers().empty());
+  const nn::NamedTensors buffers = bn.named_buffers();
+  REQUIRE(buffers.size() == 1);  // only the frozen flag
+  CHECK(buffers[0].first == "frozen");
   const Tensor x = randn({2, 3, 2, 2});
   const Tensor train_out = bn(x);
   bn.eval();
@@ -489,11 +491,14 @@ TEST_CASE("track_running_stats = false has no buffers and uses batch statistics 
 
 // ---------------------------------------------------------------- module plumbing
 
-TEST_CASE("BatchNorm registers PyTorch's parameters and buffers") {
+TEST_CASE("BatchNorm registers PyTorch's parameters and buffers, then its frozen flag") {
   nn::BatchNorm2d bn(4);
   std::vector<std::string> names;
   for (const auto& [name, t] : bn.state()) names.push_back(name);
-  CHECK(names == std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"});
+  CHECK(names ==
+        std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked", "frozen"});
+  CHECK(bn.buffer("frozen").dtype() == DType::Int64);
+  CHECK(bn.buffer("frozen").item() == 0);
   CHECK(bn.weight.to_vector() == std::vector<double>(4, 1.0));
   CHECK(bn.bias.to_vector() == std::vector<double>(4, 0.0));
   CHECK(bn.running_mean.to_vector() == std::vector<double>(4, 0.0));
@@ -528,17 +533,19 @@ TEST_CASE("clone gives an independent BatchNorm with the same state and mode") {
   CHECK(copy->num_batches_tracked.item() == 2);
 }
 
-TEST_CASE("a version-1 state without num_batches_tracked loads with the counter at 0") {
+TEST_CASE("a version-1 state without num_batches_tracked (or the frozen flag) loads with the counter at 0") {
   nn::BatchNorm1d source(3), target(3);
   source(randn({4, 3}));
   nn::NamedTensors old_state;
   for (const auto& [name, t] : source.state())
-    if (name != "num_batches_tracked") old_state.emplace_back(name, t);
+    if (name != "num_batches_tracked" && name != "frozen") old_state.emplace_back(name, t);
   target(randn({4, 3}));
-  CHECK(target.state_versions().at("") == 2);
-  CHECK_THROWS_WITH(target.load_state(old_state), Catch::Contains("missing key num_batches_tracked"));
+  CHECK(target.state_versions().at("") == 3);
+  CHECK_THROWS_WITH(target.load_state(old_state), Catch::Contains("missing keys num_batches_tracked, frozen"));
+  target.freeze();
   target.load_state(old_state, true, {{"", 1}});
   CHECK(target.num_batches_tracked.item() == 0);
+  CHECK_FALSE(target.frozen());  // version 1 had no freezing: the layer was not frozen
   CHECK(identical(target.running_var, source.running_var));
 }
 
