@@ -28,6 +28,7 @@
 #include "framework/tensor.h"
 #include "layers/activation.h"
 #include "layers/batch_norm.h"
+#include "layers/batch_norm_fusion.h"
 #include "layers/conv.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"

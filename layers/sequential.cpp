@@ -26,6 +26,14 @@ std::shared_ptr<Module> Sequential::at(std::size_t index) const {
   return modules_[index];
 }
 
+std::shared_ptr<Module> Sequential::replace(std::size_t index, std::shared_ptr<Module> module) {
+  std::shared_ptr<Module> old = at(index);
+  if (!module) fail("Sequential: cannot put a null module at index {}", index);
+  replace_module(std::to_string(index), module);
+  modules_[index] = std::move(module);
+  return old;
+}
+
 void Sequential::fail_wrong_type(std::size_t index) const {
   fail("Sequential: module {} is a {}, not the requested type", index, modules_[index]->type_name());
 }

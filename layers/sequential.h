@@ -32,6 +32,8 @@ class Sequential : public Module {
     if (!typed) fail_wrong_type(index);
     return typed;
   }
+  /// Puts `module` at position `index` (keeping the name "index"); returns the module it replaced.
+  std::shared_ptr<Module> replace(std::size_t index, std::shared_ptr<Module> module);
   std::size_t size() const { return modules_.size(); }
   bool empty() const { return modules_.empty(); }
   auto begin() const { return modules_.begin(); }
