@@ -29,6 +29,7 @@
 #include "layers/activation.h"
 #include "layers/batch_norm.h"
 #include "layers/batch_norm_fusion.h"
+#include "layers/batch_norm_statistics.h"
 #include "layers/conv.h"
 #include "layers/dropout.h"
 #include "layers/flatten.h"
