@@ -1,6 +1,7 @@
 // Precise BatchNorm statistics: per-channel count, mean and squared deviations accumulated over a data pass.
 #include "layers/batch_norm_statistics.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,9 @@ std::int64_t recompute_batchnorm_statistics(Module& model, const BatchSource& ne
   std::vector<std::string> names;
   for (auto& [name, module] : model.named_modules()) {
     auto* bn = dynamic_cast<BatchNormBase*>(module);
-    if (bn && bn->options().track_running_stats && !bn->frozen()) {
+    // Note: a layer registered under two names is one layer: it gets one observer and one set of statistics.
+    const bool seen = std::find(layers.begin(), layers.end(), bn) != layers.end();
+    if (bn && !seen && bn->options().track_running_stats && !bn->frozen()) {
       layers.push_back(bn);
       names.push_back(name.empty() ? std::string("<root>") : name);
     }

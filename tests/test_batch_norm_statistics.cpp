@@ -155,6 +155,19 @@ TEST_CASE("recomputation leaves frozen layers alone and changes nothing when it 
   auto bn = model->at_as<nn::BatchNorm1d>(0);
   CHECK(identical((*bn)(x), batch_norm_eval(x, bn->running_mean, bn->running_var, bn->weight, bn->bias, 1e-5)));
 
+  // One layer used twice (registered under two names) is recomputed over both of its inputs.
+  auto shared = std::make_shared<nn::BatchNorm1d>(2);
+  shared->to(DType::Float64);
+  nn::Sequential twice({shared, shared});
+  nn::recompute_batchnorm_statistics(twice, slices(data, {3, 3}));  // its inputs: each batch, then its own output
+  const Tensor second_input = cat({batch_norm_train(slice(data, 0, 0, 3), shared->weight, shared->bias, 1e-5).output,
+                                   batch_norm_train(slice(data, 0, 3, 6), shared->weight, shared->bias, 1e-5).output},
+                                  0);
+  const auto [both_mean, both_var] = whole_statistics(cat({data, second_input}, 0));
+  CHECK(allclose(shared->running_mean, both_mean, 1e-10, 1e-10));
+  CHECK(allclose(shared->running_var, both_var, 1e-10, 1e-10));
+  CHECK(shared->num_batches_tracked.item() == 4);
+
   nn::Sequential plain({std::make_shared<nn::ReLU>()});
   CHECK_THROWS_WITH(nn::recompute_batchnorm_statistics(plain, slices(data, {6})), Catch::Contains("no BatchNorm"));
 }
