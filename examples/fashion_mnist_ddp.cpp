@@ -1,0 +1,106 @@
+// Fashion-MNIST CNN trained data-parallel over MPI: the fashion_mnist_cnn model and recipe, each rank holding
+// 1/world of every global batch (DistributedSampler), gradients averaged by DistributedDataParallel, BatchNorm
+// converted to SyncBatchNorm (or --plain-bn: plain BatchNorm with rank 0's buffers broadcast each step).
+// Rank 0 evaluates and saves a checkpoint that `fashion_mnist_cnn --evaluate` loads into a plain model.
+//   mpirun -np 2 --oversubscribe ./fashion_mnist_ddp --epochs 4
+#include <algorithm>
+#include <thread>
+
+#include <tapegrad/framework/data/distributed_sampler.h>
+#include <tapegrad/framework/distributed/data_parallel.h>
+#include <tapegrad/framework/distributed/sync_batch_norm.h>
+
+#include "common/training.h"
+
+using namespace tapegrad;
+
+int main(int argc, char** argv) {
+  return distributed::run_or_abort([&] {
+    const auto world = distributed::ProcessGroup::world();
+    const bool leader = world.rank() == 0;
+    examples::Options options;
+    options.epochs = 4;
+    options.batch_size = 128;
+    options.lr = 0.1;
+    bool plain_batch_norm = false;
+    CLI::App app{"Train the BatchNorm CNN on Fashion-MNIST on every rank of an MPI job"};
+    examples::add_options(app, options);
+    app.add_flag("--plain-bn", plain_batch_norm, "keep plain BatchNorm (buffers broadcast from rank 0) instead of SyncBatchNorm");
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& error) {
+      std::exit(leader ? app.exit(error) : 0);
+    }
+    // Note: ranks share the machine's cores; by default each takes its share instead of all of them.
+    if (options.threads == 0)
+      options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world.world_size());
+    examples::apply(options, "fashion_mnist_ddp");
+    if (options.batch_size % world.world_size() != 0)
+      fail("fashion_mnist_ddp: --batch-size {} is not a multiple of the {} ranks", options.batch_size, world.world_size());
+    const std::int64_t per_rank_batch = options.batch_size / world.world_size();
+
+    data::FashionMnistOptions data_options;
+    data_options.dir = options.data_dir;
+    const data::FashionMNIST full_train(data::Split::Train, data_options);
+    const data::TensorDataset train_set = examples::take(full_train, options.subset);
+    auto sampler = std::make_shared<data::DistributedSampler>(train_set.size(), world.world_size(), world.rank(),
+                                                              /*shuffle=*/true, options.seed, data::Remainder::Drop);
+    data::DataLoader loader(train_set, sampler,
+                            data::DataLoaderOptions{}.with_batch_size(per_rank_batch).with_drop_last().with_seed(options.seed));
+    const std::int64_t steps_per_epoch = options.max_steps > 0 ? std::min(options.max_steps, loader.size()) : loader.size();
+
+    auto model = examples::make_cnn();
+    if (!plain_batch_norm) distributed::convert_sync_batchnorm(*model, world);
+    distributed::DataParallelOptions ddp_options;
+    ddp_options.broadcast_buffers = plain_batch_norm;
+    distributed::DistributedDataParallel ddp(model, world, ddp_options);
+    examples::Training training = examples::make_sgd_one_cycle(*model, options.lr, steps_per_epoch * options.epochs);
+    if (leader)
+      fmt::print("{} ranks x {} threads, {} images per rank per step ({} global), {} steps per epoch, {}\n",
+                 world.world_size(), get_num_threads(), per_rank_batch, options.batch_size, steps_per_epoch,
+                 plain_batch_norm ? "plain BatchNorm + broadcast_buffers" : "SyncBatchNorm");
+
+    const data::FashionMNIST test_set(data::Split::Test, data_options);
+    examples::Score score;
+    for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+      model->train();
+      world.barrier();
+      const double start = examples::now_seconds();
+      double loss_sum = 0;
+      std::int64_t steps = 0;
+      for (auto& batch : loader) {
+        if (steps == steps_per_epoch) break;
+        training.optimizer->zero_grad();
+        const Tensor loss = cross_entropy(ddp.forward(batch.images), batch.labels);
+        loss.backward();
+        ddp.synchronize_gradients();
+        training.optimizer->step();
+        if (training.schedule) training.schedule->step();
+        loss_sum += loss.item();
+        ++steps;
+      }
+      Tensor mean_loss = scalar_tensor(loss_sum / static_cast<double>(steps), DType::Float64);
+      world.allreduce(mean_loss, distributed::ReduceOp::Mean);
+      world.barrier();
+      const double seconds = examples::now_seconds() - start;
+      if (leader) {
+        score = examples::evaluate(*model, test_set);
+        fmt::print("epoch {}/{}: loss {:.4f}  test loss {:.4f}  test acc {:.4f}  {:.1f}s  {:.0f} samples/s\n", epoch,
+                   options.epochs, mean_loss.item(), score.loss, score.accuracy, seconds,
+                   static_cast<double>(steps * options.batch_size) / seconds);
+        std::fflush(stdout);
+      }
+    }
+    // Note: checkpoint from rank 0 only (every rank holds the same model); the state names are BatchNorm's, so
+    // the single-process example loads it.
+    if (leader) {
+      Checkpoint saved = examples::make_checkpoint(*model, *training.optimizer, training.schedule.get(), loader,
+                                                   options.epochs, steps_per_epoch * options.epochs);
+      saved.metadata["example"] = "fashion_mnist_ddp";
+      saved.metadata["test_accuracy"] = fmt::format("{:.6f}", score.accuracy);
+      save_checkpoint(saved, options.checkpoint);
+      fmt::print("saved {} (test accuracy {:.4f})\n", options.checkpoint, score.accuracy);
+    }
+    world.barrier();
+  });
+}
