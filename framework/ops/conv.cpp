@@ -121,8 +121,48 @@ void walk_columns(const Geometry& g, Inside inside, Outside outside) {
       }
 }
 
+// im2col when both strides are 1 and the output is as wide as the input (a "same" 3x3, pad 1 conv, and the
+// input-gradient conv): then a column-matrix row is one contiguous run of the input plane, shifted, with
+// the columns that fall into the side padding zeroed afterwards. One long copy per row instead of one short
+// copy per output row. Returns false for other geometries.
+template <class T>
+bool im2col_same_width(const T* x, T* col, const Geometry& g) {
+  const auto& p = g.p;
+  if (p.stride.w != 1 || p.stride.h != 1 || g.w != g.ow) return false;
+  const std::int64_t ow = g.ow, l = g.l();
+  std::int64_t row = 0;
+  for (std::int64_t c = 0; c < g.cg(); ++c)
+    for (std::int64_t ki = 0; ki < g.kh; ++ki)
+      for (std::int64_t kj = 0; kj < g.kw; ++kj, ++row) {
+        T* dst = col + row * l;
+        const std::int64_t offset = kj * p.dilation.w - p.padding.w, shift_h = ki * p.dilation.h - p.padding.h;
+        const auto [lo, hi] = valid_columns(offset, 1, g.w, ow);
+        // Output rows [first, last) read input rows first + shift_h ... inside [0, h).
+        const std::int64_t first = std::clamp<std::int64_t>(-shift_h, 0, g.oh);
+        const std::int64_t last = std::clamp<std::int64_t>(g.h - shift_h, first, g.oh);
+        if (hi <= lo || last <= first) {
+          std::fill(dst, dst + l, T(0));
+          continue;
+        }
+        std::fill(dst, dst + first * ow + lo, T(0));
+        std::fill(dst + (last - 1) * ow + hi, dst + l, T(0));
+        // Note: element k of the row reads input element source + k; the range starts and ends on valid
+        // columns, so every read is inside the plane (the wrapped-around side columns are zeroed below).
+        const std::int64_t source = (c * g.h + shift_h) * g.w + offset;
+        const std::int64_t begin = first * ow + lo, end = (last - 1) * ow + hi;
+        std::copy(x + (source + begin), x + (source + end), dst + begin);
+        for (std::int64_t oh = first; oh < last; ++oh) {
+          T* out = dst + oh * ow;
+          for (std::int64_t j = 0; j < lo; ++j) out[j] = T(0);
+          for (std::int64_t j = hi; j < ow; ++j) out[j] = T(0);
+        }
+      }
+  return true;
+}
+
 template <class T>
 void im2col(const T* x, T* col, const Geometry& g) {
+  if (im2col_same_width(x, col, g)) return;
   const std::int64_t ow = g.ow, sw = g.p.stride.w;
   walk_columns(
       g,
