@@ -5,8 +5,9 @@
 // values are touched two or three times in a row while they are still in cache, so the data crosses memory
 // about once per direction. With S == 1 ([N, C] after a Linear) a channel's values are strided, so threads
 // own blocks of kBlock adjacent channels and walk rows, vectorizing across channels instead.
-// Per-channel sums accumulate in double for both dtypes, and the variance is two-pass (sum of squared
-// deviations from the mean), so a large mean does not cancel the variance away.
+// Per-channel sums accumulate in double for both dtypes, and the variance is computed from deviations (from
+// the mean in two passes on the [N, C] path, from the channel's first value in one pass on the S > 1
+// path), so a large mean does not cancel the variance away.
 #include "framework/ops/batch_norm.h"
 
 #include <algorithm>
@@ -79,27 +80,27 @@ void for_channels(const Layout& l, PerChannel per_channel, PerBlock per_block) {
 
 // ---- kernels: one channel (S > 1), or one block of channels on the rows of [N, C] ----
 
-// Mean and sum of squared deviations of channel c.
+// Mean and sum of squared deviations of channel c, in one pass over the data.
+// Note: the sums are of d = x - x0 with x0 the channel's first value (the shifted-data algorithm), in double:
+// then sum(d^2) - sum(d)^2 / count only cancels when |mean - x0| is huge against the spread, and even an x0
+// 1e4 standard deviations out loses ~1e-8 relative in double, below float32's resolution. A large mean
+// cancels nothing, unlike the textbook sum(x^2) - sum(x)^2 / count.
 template <class T>
 void moments_channel(const T* x, const Layout& l, std::int64_t c, double& mean, double& var_sum) {
-  double sum = 0;
+  const double shift = static_cast<double>(x[c * l.s]);
+  double sum = 0, squares = 0;
   for (std::int64_t n = 0; n < l.n; ++n) {
     const T* p = x + (n * l.c + c) * l.s;
-#pragma omp simd reduction(+ : sum)
-    for (std::int64_t s = 0; s < l.s; ++s) sum += static_cast<double>(p[s]);
-  }
-  const double m = sum / static_cast<double>(l.per_channel());
-  double squares = 0;
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const T* p = x + (n * l.c + c) * l.s;
-#pragma omp simd reduction(+ : squares)
+#pragma omp simd reduction(+ : sum, squares)
     for (std::int64_t s = 0; s < l.s; ++s) {
-      const double d = static_cast<double>(p[s]) - m;
+      const double d = static_cast<double>(p[s]) - shift;
+      sum += d;
       squares += d * d;
     }
   }
-  mean = m;
-  var_sum = squares;
+  const double count = static_cast<double>(l.per_channel());
+  mean = shift + sum / count;
+  var_sum = std::max(0.0, squares - sum * sum / count);
 }
 
 template <class T>
