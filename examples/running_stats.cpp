@@ -3,7 +3,10 @@
 // The channel is channel --channel of a fixed, randomly initialised Conv2d(1, 4, 3, padding 1) over
 // Fashion-MNIST; three BatchNorm2d layers see the same batches with momentum 0.1, 0.01 and unset
 // (cumulative average). The true statistics are the mean and unbiased variance of that channel over all
-// 60,000 training images. Writes <output-dir>/running_stats.csv and, with gnuplot, running_stats.png.
+// 60,000 training images. Every --recalibrate-every batches, recompute_batchnorm_statistics() also
+// recomputes the statistics exactly over the batches seen so far, for the bottom panel: how far each
+// estimate is from the truth. Writes <output-dir>/running_stats.csv, running_stats_recalibrated.csv and,
+// with gnuplot, running_stats.png.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -55,30 +58,41 @@ struct Range {
   }
 };
 
-void plot(const std::string& output_dir, const std::string& csv, const Range& mean_range, const Range& var_range) {
+void plot(const std::string& output_dir, const std::string& csv, const std::string& recalibrated_csv,
+          const Range& mean_range, const Range& var_range) {
   const std::string script = output_dir + "/running_stats.gp";
   std::ofstream out(script);
   auto panel = [&](const std::string& title, int batch_column, int first_running, int true_column,
                    const std::string& what) {
     return fmt::format("set title '{1}'\n"
                        "plot '{0}' using 1:{2} with lines lc rgb '#bbbbbb' title 'batch {5}', "
-                       "'{0}' using 1:{3} with lines lw 2 title 'running, momentum 0.1', "
-                       "'{0}' using 1:{6} with lines lw 2 title 'running, momentum 0.01', "
-                       "'{0}' using 1:{7} with lines lw 2 title 'running, cumulative', "
+                       "'{0}' using 1:{3} with lines lw 2 lc rgb '#009e73' title 'running, momentum 0.1', "
+                       "'{0}' using 1:{6} with lines lw 2 lc rgb '#56b4e9' title 'running, momentum 0.01', "
+                       "'{0}' using 1:{7} with lines lw 2 lc rgb '#e69f00' title 'running, cumulative', "
                        "'{0}' using 1:{4} with lines dt 2 lw 2 lc rgb 'black' title 'true {5}'\n",
                        csv, title, batch_column, first_running, true_column, what, first_running + 2,
                        first_running + 4);
   };
-  out << "set datafile separator ','\nset terminal pngcairo size 1200,900 noenhanced\n"
+  auto error_panel = [&](const std::string& what, int first_running, int true_column, int recalibrated_column) {
+    return fmt::format("set title 'distance from the true {1}'\n"
+                       "plot '{0}' using 1:(abs(${2}-${5})) with lines lw 2 lc rgb '#009e73' title 'running, momentum 0.1', "
+                       "'{0}' using 1:(abs(${3}-${5})) with lines lw 2 lc rgb '#56b4e9' title 'running, momentum 0.01', "
+                       "'{0}' using 1:(abs(${4}-${5})) with lines lw 2 lc rgb '#e69f00' title 'running, cumulative', "
+                       "'{6}' using 1:{7} with linespoints pt 7 lc rgb 'black' title 'recalibrated over the batches so far'\n",
+                       csv, what, first_running, first_running + 2, first_running + 4, true_column, recalibrated_csv,
+                       recalibrated_column);
+  };
+  out << "set datafile separator ','\nset terminal pngcairo size 1200,1300 noenhanced\n"
       << fmt::format("set output '{}/running_stats.png'\n", output_dir)
-      << "set multiplot layout 2,2 title 'One BatchNorm channel over training batches'\n"
+      << "set multiplot layout 3,2 title 'One BatchNorm channel over training batches'\n"
       << "set xlabel 'batch'\nset key top right box opaque\n"
       << panel("mean", 2, 4, 10, "mean") << panel("unbiased variance", 3, 5, 11, "variance")
       << "set key bottom right box opaque\n"
       << "set yrange " << mean_range.gnuplot() << "\n" << panel("mean (zoomed to the batch spread)", 2, 4, 10, "mean")
       << "set yrange " << var_range.gnuplot() << "\n"
       << panel("unbiased variance (zoomed to the batch spread)", 3, 5, 11, "variance")
-      << "unset multiplot\n";
+      << "set autoscale y\nset logscale y\nset format y '%.0e'\nset key top right box opaque\n"
+      << error_panel("mean", 4, 10, 4) << error_panel("variance", 5, 11, 5) << "unset multiplot\n";
   out.close();
   examples::run_gnuplot(script);
 }
@@ -88,11 +102,13 @@ void plot(const std::string& output_dir, const std::string& csv, const Range& me
 int main(int argc, char** argv) try {
   examples::Options options;
   options.batch_size = 32;
-  std::int64_t steps = 600, channel = 0;
+  std::int64_t steps = 600, channel = 0, recalibrate_every = 25;
   CLI::App app{"Batch vs running BatchNorm statistics over training batches (CSV + PNG)"};
   examples::add_options(app, options);
   app.add_option("--steps", steps, "training batches to follow")->capture_default_str();
   app.add_option("--channel", channel, "which of the 4 channels to follow")->check(CLI::Range(0, 3))->capture_default_str();
+  app.add_option("--recalibrate-every", recalibrate_every, "batches between exact recomputations")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   examples::apply(options, "running_stats");
 
@@ -100,7 +116,9 @@ int main(int argc, char** argv) try {
   data_options.dir = options.data_dir;
   const data::FashionMNIST train_set(data::Split::Train, data_options);
 
-  nn::Conv2d features(nn::Conv2dOptions{1, 4, 3}.with_padding(1));  // fixed: the statistics do not drift
+  // Fixed weights: the statistics do not drift, so "the true statistics" exist.
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions{1, 4, 3}.with_padding(1));
+  nn::Conv2d& features = *conv;
   NoGradGuard no_grad;  // nothing here is differentiated; BatchNorm's running update does not need the tape
 
   ChannelStats truth;
@@ -124,12 +142,28 @@ int main(int argc, char** argv) try {
   std::ofstream out(csv);
   out << "batch,batch_mean,batch_var,running_mean_0.1,running_var_0.1,running_mean_0.01,running_var_0.01,"
          "running_mean_cumulative,running_var_cumulative,true_mean,true_var\n";
-  data::DataLoader loader(train_set, data::DataLoaderOptions{}
-                                         .with_batch_size(options.batch_size)
-                                         .with_shuffle()
-                                         .with_drop_last()
-                                         .with_seed(options.seed));
+  const auto loader_options =
+      data::DataLoaderOptions{}.with_batch_size(options.batch_size).with_shuffle().with_drop_last().with_seed(options.seed);
+  data::DataLoader loader(train_set, loader_options);
+
+  // The exact statistics of the first `count` batches the others saw: a second loader with the same seed
+  // replays the same order, and recompute_batchnorm_statistics() pools every value of those batches.
+  const std::string recalibrated_csv = options.output_dir + "/running_stats_recalibrated.csv";
+  std::ofstream recalibrated_out(recalibrated_csv);
+  recalibrated_out << "batches,recalibrated_mean,recalibrated_var,mean_error,var_error\n";
+  auto recalibrate = [&](std::int64_t count) {
+    auto recalibrated_bn = std::make_shared<nn::BatchNorm2d>(4);
+    nn::Sequential model({conv, recalibrated_bn});
+    data::DataLoader replay(train_set, loader_options);
+    nn::recompute_batchnorm_statistics(model, replay, count);
+    const double mean = recalibrated_bn->running_mean.data<float>()[channel];
+    const double var = recalibrated_bn->running_var.data<float>()[channel];
+    recalibrated_out << fmt::format("{},{:.8g},{:.8g},{:.8g},{:.8g}\n", count, mean, var,
+                                    std::abs(mean - truth.mean()), std::abs(var - truth.unbiased_var()));
+    return std::pair{mean, var};
+  };
   std::int64_t step = 0;
+  std::pair<double, double> last_recalibrated;
   Range mean_range, var_range;
   while (step < steps) {
     for (auto& batch : loader) {
@@ -147,16 +181,22 @@ int main(int argc, char** argv) try {
                            t.layer->running_var.data<float>()[channel]);
       }
       out << fmt::format(",{:.8g},{:.8g}\n", truth.mean(), truth.unbiased_var());
+      if (step % recalibrate_every == 0 || step == steps) last_recalibrated = recalibrate(step);
     }
   }
   out.close();
+  recalibrated_out.close();
+  const auto [recalibrated_mean, recalibrated_var] = last_recalibrated;
   for (const auto& t : tracked) {
     const double mean = t.layer->running_mean.data<float>()[channel], var = t.layer->running_var.data<float>()[channel];
     fmt::print("after {} batches, {:>13}: running mean {:.6f} (error {:+.2e}), running variance {:.6f} (error {:+.2e})\n",
                steps, t.label, mean, mean - truth.mean(), var, var - truth.unbiased_var());
   }
-  fmt::print("wrote {}\n", csv);
-  plot(options.output_dir, csv, mean_range, var_range);
+  fmt::print("after {} batches,  recalibrated: mean {:.6f} (error {:+.2e}), variance {:.6f} (error {:+.2e})\n", steps,
+             recalibrated_mean, recalibrated_mean - truth.mean(), recalibrated_var,
+             recalibrated_var - truth.unbiased_var());
+  fmt::print("wrote {} and {}\n", csv, recalibrated_csv);
+  plot(options.output_dir, csv, recalibrated_csv, mean_range, var_range);
   return 0;
 } catch (const std::exception& error) {
   std::cerr << "running_stats: " << error.what() << "\n";

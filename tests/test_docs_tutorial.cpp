@@ -97,7 +97,12 @@ TEST_CASE("the tutorial's model trains, saves and reloads to the same accuracy",
   load(*model, path);
   const auto buffers = model->named_buffers();
   REQUIRE(!buffers.empty());
-  CHECK(buffers.front().first == "1.running_mean");
+  std::vector<std::string> buffer_names, parameter_names;
+  for (const auto& [name, buffer] : buffers) buffer_names.push_back(name);
+  for (const auto& [name, parameter] : model->named_parameters()) parameter_names.push_back(name);
+  // What the page says these list:
+  CHECK(buffer_names == std::vector<std::string>{"1.running_mean", "1.running_var", "1.num_batches_tracked", "1.frozen"});
+  CHECK(parameter_names == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "5.weight", "5.bias"});
   CHECK(buffers.front().second.to_vector() != std::vector<double>(16, 0.0));  // trained, not the initial zeros
   std::filesystem::remove(path);
 }
