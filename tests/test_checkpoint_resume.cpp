@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/serialize/checkpoint.h"
+#include "support/doc_snippet.h"
 #include "support/properties.h"
 #include "tapegrad.h"
 
@@ -77,6 +78,9 @@ double train_step(Run& run, const data::TensorDataset& dataset) {
   return loss.item();
 }
 
+// DOC-BEGIN resume
+// Everything the run's future depends on: model (parameters and buffers, Dropout's stream position among
+// them), optimizer, schedule, progress and the data generator.
 Checkpoint checkpoint_of(const Run& run, std::int64_t step) {
   Checkpoint saved;
   saved.set_model(*run.model);
@@ -93,6 +97,7 @@ void restore(Run& run, const Checkpoint& saved) {
   run.schedule->load_state(Checkpoint::as_named(saved.scheduler));
   run.data.set_state(saved.rng_states.at("data"));
 }
+// DOC-END resume
 
 void expect_identical(const nn::NamedTensors& a, const nn::NamedTensors& b) {
   REQUIRE(a.size() == b.size());
@@ -161,4 +166,8 @@ TEST_CASE("the Dropout stream position matters: resuming it at 0 changes the los
   CHECK(resumed_losses[0] == straight_losses[0]);
   CHECK(resumed_losses[1] == straight_losses[1]);
   CHECK(resumed_losses[2] != straight_losses[2]);
+}
+
+TEST_CASE("docs/serialization.md quotes this file's checkpoint and restore functions") {
+  tapegrad::testing::check_doc_quotes_snippet("tests/test_checkpoint_resume.cpp", "docs/serialization.md", "resume");
 }
