@@ -16,6 +16,7 @@
 #include "framework/autograd/function.h"
 #include "framework/detail/dispatch.h"
 #include "framework/ops/reduction.h"
+#include "framework/storage.h"
 
 namespace tapegrad {
 
@@ -206,6 +207,8 @@ using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
 
 // Runs fn(sample, scratch, thread) for every sample, over OpenMP threads when the batch and the work are
 // big enough, each thread with its own scratch buffer of `scratch_size` elements.
+// Note: the scratch is a Storage, not a std::vector: uninitialised (im2col writes every element) and
+// reused from the block cache, where a vector zero-filled a fresh mmap'd block on every call.
 // Note: inside the parallel region Eigen sees omp_get_num_threads() > 1 and runs its GEMMs single-threaded,
 // so there is no nested parallelism; a batch of one instead lets Eigen parallelise the GEMM itself.
 template <class T, class F>
@@ -213,14 +216,14 @@ void for_each_sample(const Geometry& g, std::int64_t scratch_size, int threads, 
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {
-      std::vector<T> scratch(static_cast<std::size_t>(scratch_size));
+      Storage scratch(static_cast<std::size_t>(scratch_size) * sizeof(T));
       const int thread = omp_get_thread_num();
 #pragma omp for schedule(static)
-      for (std::int64_t n = 0; n < g.n; ++n) fn(n, scratch.data(), thread);
+      for (std::int64_t n = 0; n < g.n; ++n) fn(n, static_cast<T*>(scratch.data()), thread);
     }
   } else {
-    std::vector<T> scratch(static_cast<std::size_t>(scratch_size));
-    for (std::int64_t n = 0; n < g.n; ++n) fn(n, scratch.data(), 0);
+    Storage scratch(static_cast<std::size_t>(scratch_size) * sizeof(T));
+    for (std::int64_t n = 0; n < g.n; ++n) fn(n, static_cast<T*>(scratch.data()), 0);
   }
 }
 
