@@ -7,6 +7,7 @@
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"
 #include "framework/data/idx.h"
+#include "framework/data/distributed_sampler.h"
 #include "framework/data/sampler.h"
 #include "framework/gradcheck/gradcheck.h"
 #include "framework/init.h"
