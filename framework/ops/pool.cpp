@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -143,12 +144,15 @@ bool max_pool_2x2_row(const T* src, std::int64_t width, std::int64_t oh, std::in
     saw_nan |= ((a != a) | (b != b) | (c != c) | (d != d)) ? 1 : 0;
     // Note: the first maximum of each pair, then the lower pair only if strictly greater: without NaNs that
     // is the first maximum in the general loop's tap order (a, b, c, d).
-    const bool take_b = b > a, take_d = d > c;
-    const T upper = take_b ? b : a, lower = take_d ? d : c;
-    const std::int64_t upper_offset = take_b ? 1 : 0, lower_offset = take_d ? width + 1 : width;
-    const bool take_lower = lower > upper;
-    out[ow] = take_lower ? lower : upper;
-    indices[ow] = base + 2 * ow + (take_lower ? lower_offset : upper_offset);
+    // Note: the selections are max instructions and 0/1 integers, not ternaries: the rows are 14 and 7 wide
+    // in the usual CNN, shorter than a 16-float vector, so they run in the loop's scalar epilogue, where GCC
+    // compiled the ternaries to branches that random data mispredicts (19% of cnn training was this loop).
+    const std::int64_t take_b = b > a, take_d = d > c;
+    const T upper = std::max(a, b), lower = std::max(c, d);
+    const std::int64_t upper_offset = take_b, lower_offset = width + take_d;
+    const std::int64_t take_lower = lower > upper;
+    out[ow] = std::max(upper, lower);
+    indices[ow] = base + 2 * ow + upper_offset + take_lower * (lower_offset - upper_offset);
   }
   return saw_nan == 0;
 }
