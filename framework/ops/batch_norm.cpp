@@ -80,6 +80,22 @@ void for_channels(const Layout& l, PerChannel per_channel, PerBlock per_block) {
 
 // ---- kernels: one channel (S > 1), or one block of channels on the rows of [N, C] ----
 
+// Asks for the next run of a channel (S values, one cache line at a time) while the current one is summed.
+// Note: a channel is N runs of S values, C * S apart; each run is a new short stream that the hardware
+// prefetcher only picks up after a few misses, so the first read of every run waited on memory (the
+// per-channel reductions were two thirds of bn_fwd_bwd at 1 thread, stalled on their loads).
+template <class T>
+inline void prefetch_run(const T* run, std::int64_t s) {
+  constexpr std::int64_t per_line = 64 / sizeof(T);
+  for (std::int64_t k = 0; k < s; k += per_line) __builtin_prefetch(run + k);
+}
+// The same for a run about to be written: the lines are asked for with intent to write.
+template <class T>
+inline void prefetch_run_for_write(T* run, std::int64_t s) {
+  constexpr std::int64_t per_line = 64 / sizeof(T);
+  for (std::int64_t k = 0; k < s; k += per_line) __builtin_prefetch(run + k, 1);
+}
+
 // Mean and sum of squared deviations of channel c, in one pass over the data.
 // Note: the sums are of d = x - x0 with x0 the channel's first value (the shifted-data algorithm), in double:
 // then sum(d^2) - sum(d)^2 / count only cancels when |mean - x0| is huge against the spread, and even an x0
@@ -91,6 +107,7 @@ void moments_channel(const T* x, const Layout& l, std::int64_t c, double& mean, 
   double sum = 0, squares = 0;
   for (std::int64_t n = 0; n < l.n; ++n) {
     const T* p = x + (n * l.c + c) * l.s;
+    if (n + 1 < l.n) prefetch_run(p + l.c * l.s, l.s);
 #pragma omp simd reduction(+ : sum, squares)
     for (std::int64_t s = 0; s < l.s; ++s) {
       const double d = static_cast<double>(p[s]) - shift;
@@ -133,6 +150,10 @@ void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T sc
     const std::int64_t base = (n * l.c + c) * l.s;
     const T* p = src + base;
     T* q = dst + base;
+    if (n + 1 < l.n) {
+      prefetch_run(p + l.c * l.s, l.s);
+      prefetch_run_for_write(q + l.c * l.s, l.s);
+    }
 #pragma omp simd
     for (std::int64_t s = 0; s < l.s; ++s) q[s] = (p[s] - shift) * scale + offset;
   }
@@ -158,6 +179,10 @@ void grad_sums_channel(const T* g, const T* x, const Layout& l, std::int64_t c, 
     const std::int64_t base = (n * l.c + c) * l.s;
     const T* pg = g + base;
     const T* px = x + base;
+    if (n + 1 < l.n) {
+      prefetch_run(pg + l.c * l.s, l.s);
+      prefetch_run(px + l.c * l.s, l.s);
+    }
 #pragma omp simd reduction(+ : a, b)
     for (std::int64_t s = 0; s < l.s; ++s) {
       const double gv = static_cast<double>(pg[s]);
@@ -197,6 +222,11 @@ void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c,
     const T* pg = g + base;
     const T* px = x + base;
     T* q = dx + base;
+    if (n + 1 < l.n) {
+      prefetch_run(pg + l.c * l.s, l.s);
+      prefetch_run(px + l.c * l.s, l.s);
+      prefetch_run_for_write(q + l.c * l.s, l.s);
+    }
 #pragma omp simd
     for (std::int64_t s = 0; s < l.s; ++s) q[s] = a * pg[s] + b * (px[s] - mean) + d;
   }
