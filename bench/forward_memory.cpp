@@ -3,28 +3,17 @@
 // outputs die, so resident memory stays flat. Prints RSS at intervals; exits 1 if it grew by more than
 // --max-growth-mb (default 4) after warm-up.
 //   forward_memory [--passes N] [--max-growth-mb M]
-#include <unistd.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
+#include "resident_memory.h"
 #include "tapegrad.h"
 
-namespace {
-
-/// Resident set size of this process in MiB, from /proc/self/statm (second field, in pages).
-double resident_mib() {
-  std::ifstream statm("/proc/self/statm");
-  long total_pages = 0, resident_pages = 0;
-  statm >> total_pages >> resident_pages;
-  return static_cast<double>(resident_pages) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
-}
-
-}  // namespace
+using tapegrad::bench::resident_mib;
 
 int main(int argc, char** argv) {
   using namespace tapegrad;
@@ -50,7 +39,10 @@ int main(int argc, char** argv) {
     return mean(sum(hidden * w2, {1}, true) + b2);  // 9 recorded ops
   };
 
-  const long warmup = passes / 100;
+  // Note: the tape holds up to ~4,000 records between prunes, so memory reaches its plateau after a few
+  // hundred passes plus the allocator's warm-up; measuring growth from an earlier point counts that plateau.
+  if (passes < 20000) passes = 20000;
+  const long warmup = std::max(passes / 100, 2000L);
   double baseline = 0, peak = 0, checksum = 0;
   auto start = std::chrono::steady_clock::now();
   std::printf("%10s %12s %12s %10s\n", "passes", "rss_mib", "growth_mib", "tape_size");

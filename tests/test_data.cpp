@@ -308,6 +308,18 @@ TEST_CASE("TensorDataset gathers the requested rows in order, repeats included")
              Contains("TensorDataset: images [3, 2] and labels [4] hold different numbers of examples (3 != 4)"));
 }
 
+TEST_CASE("TensorDataset::head keeps the first examples, all of them past the end, and rejects a negative count") {
+  const TensorDataset dataset = numbered_dataset(5);
+  const TensorDataset first = dataset.head(3);
+  CHECK(first.size() == 3);
+  CHECK(first.images().shape() == Shape{3, 1, 3, 3});
+  CHECK(first.labels().to_vector() == std::vector<double>{0, 1, 2});
+  CHECK(first.images().at({2, 0, 1, 1}) == dataset.images().at({2, 0, 1, 1}));
+  CHECK(dataset.head(99).size() == 5);
+  CHECK(dataset.head(0).size() == 0);
+  CHECK_THAT(error_of([&] { dataset.head(-1); }), Contains("TensorDataset::head: count must be >= 0, got -1"));
+}
+
 TEST_CASE("pixel_mean_std is the population mean and standard deviation") {
   auto [mean, stddev] = pixel_mean_std(tensor({1, 2, 3, 6}, {2, 2}));
   CHECK(mean == Approx(3.0));

@@ -19,18 +19,12 @@ double mean_of(const std::vector<double>& values, std::size_t first, std::size_t
          static_cast<double>(count);
 }
 
-data::TensorDataset first_images(const data::TensorDataset& dataset, std::int64_t count) {
-  std::vector<std::int64_t> indices(static_cast<std::size_t>(count));
-  std::iota(indices.begin(), indices.end(), 0);
-  data::Batch batch = dataset.get_batch(indices);
-  return data::TensorDataset(batch.images, batch.labels);
-}
 
 }  // namespace
 
 TEST_CASE("the example CNN learns Fashion-MNIST and reloads to identical predictions", "[examples]") {
   const data::FashionMNIST full_train(data::Split::Train), full_test(data::Split::Test);
-  const data::TensorDataset train_set = first_images(full_train, 6400), test_set = first_images(full_test, 1000);
+  const data::TensorDataset train_set = full_train.head(6400), test_set = full_test.head(1000);
   constexpr std::int64_t steps = 200, batch_size = 32;
 
   manual_seed(0);

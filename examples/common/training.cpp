@@ -38,11 +38,7 @@ void apply(Options& options, const std::string& name) {
 }
 
 data::TensorDataset take(const data::TensorDataset& dataset, std::int64_t count) {
-  if (count <= 0 || count >= dataset.size()) return dataset;
-  std::vector<std::int64_t> indices(static_cast<std::size_t>(count));
-  std::iota(indices.begin(), indices.end(), 0);
-  data::Batch batch = dataset.get_batch(indices);
-  return data::TensorDataset(batch.images, batch.labels);
+  return count <= 0 || count >= dataset.size() ? dataset : dataset.head(count);
 }
 
 double now_seconds() {

@@ -1,8 +1,10 @@
 #include "framework/data/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
 #include "framework/data/idx.h"
 
@@ -43,6 +45,14 @@ TensorDataset::TensorDataset(Tensor images, Tensor labels) : images_(std::move(i
   // Note: the dataset keeps values, not history; gathering copies raw bytes, which autograd cannot see.
   images_ = images_.detach();
   labels_ = labels_.detach();
+}
+
+TensorDataset TensorDataset::head(std::int64_t count) const {
+  if (count < 0) fail("TensorDataset::head: count must be >= 0, got {}", count);
+  std::vector<std::int64_t> indices(static_cast<std::size_t>(std::min(count, size())));
+  std::iota(indices.begin(), indices.end(), 0);
+  Batch batch = get_batch(indices);
+  return TensorDataset(std::move(batch.images), std::move(batch.labels));
 }
 
 Batch TensorDataset::get_batch(const std::vector<std::int64_t>& indices) const {

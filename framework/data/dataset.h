@@ -28,6 +28,9 @@ class TensorDataset {
   Batch get_batch(const std::vector<std::int64_t>& indices) const;
   /// Same, for the `count` indices starting at `indices`.
   Batch get_batch(const std::int64_t* indices, std::int64_t count) const;
+  /// The first `count` examples (all of them when count >= size()), copied: for a quick run on a subset.
+  /// A negative count is an error.
+  TensorDataset head(std::int64_t count) const;
   const Tensor& images() const { return images_; }
   const Tensor& labels() const { return labels_; }
 
