@@ -2,8 +2,8 @@
 // the floor under every memory-bound kernel: a read-only sum, a write-only fill, and a copy (read + write).
 // docs/performance.md divides BatchNorm's minimum traffic by these to bound what bn_fwd_bwd can reach.
 // Note: four buffers in turn, so no pass finds its data in the 32 MB L3 left by the previous one.
-#include <Eigen/Core>
 #include <benchmark/benchmark.h>
+#include <Eigen/Core>
 
 #include <algorithm>
 #include <cstdint>

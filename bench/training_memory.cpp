@@ -77,9 +77,10 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double growth = peak - baseline;
-  std::printf("training_memory: %ld steps of batch 32 in %.2f s, RSS after warm-up %.2f MiB, peak %.2f MiB, "
-              "growth %.2f MiB (limit %.1f), largest tape after a step %zu records, last loss %.4f\n",
-              steps, seconds, baseline, peak, growth, max_growth_mib, worst_tape, last_loss);
+  std::printf(
+      "training_memory: %ld steps of batch 32 in %.2f s, RSS after warm-up %.2f MiB, peak %.2f MiB, "
+      "growth %.2f MiB (limit %.1f), largest tape after a step %zu records, last loss %.4f\n",
+      steps, seconds, baseline, peak, growth, max_growth_mib, worst_tape, last_loss);
   if (worst_tape != 0) {
     std::printf("training_memory: FAIL: %zu tape records outlived their backward\n", worst_tape);
     return 1;

@@ -26,7 +26,8 @@ constexpr double kEps = 1e-5;
 const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::Float64);
 
 std::int64_t draw(Generator& generator, std::int64_t low, std::int64_t high) {
-  return low + static_cast<std::int64_t>(generator.uniform01() * static_cast<double>(high - low + 1)) % (high - low + 1);
+  return low +
+         static_cast<std::int64_t>(generator.uniform01() * static_cast<double>(high - low + 1)) % (high - low + 1);
 }
 
 // One random case, identical on every rank: the global input, this rank's rows of it, affine parameters.
@@ -108,9 +109,11 @@ TEST_CASE("sync_batch_norm_train's gradients equal finite differences of the glo
       const std::int64_t row = element / per_row;
       const bool mine = row >= c.start && row < c.start + c.rows;
       const std::int64_t local_index = (row - c.start) * per_row + element % per_row;
-      const double numeric = finite_difference(c, probe_x, mine ? local_index : 0, mine, probe_x,
-                                               c.weight, c.bias, world);
-      if (mine) worst = std::max(worst, std::abs(dx[static_cast<std::size_t>(local_index)] - numeric) / (1 + std::abs(numeric)));
+      const double numeric =
+          finite_difference(c, probe_x, mine ? local_index : 0, mine, probe_x, c.weight, c.bias, world);
+      if (mine)
+        worst =
+            std::max(worst, std::abs(dx[static_cast<std::size_t>(local_index)] - numeric) / (1 + std::abs(numeric)));
     }
     CHECK(worst <= kTolerance);
 
@@ -126,9 +129,10 @@ TEST_CASE("sync_batch_norm_train's gradients equal finite differences of the glo
       Tensor& probe = parameter == &weight ? probe_weight : probe_bias;
       double worst_parameter = 0;
       for (std::int64_t i = 0; i < probe.numel(); ++i) {
-        const double numeric =
-            finite_difference(c, probe, i, true, narrow(c.x, 0, c.start, c.rows).clone(), probe_weight, probe_bias, world);
-        worst_parameter = std::max(worst_parameter, std::abs(analytic[static_cast<std::size_t>(i)] - numeric) / (1 + std::abs(numeric)));
+        const double numeric = finite_difference(c, probe, i, true, narrow(c.x, 0, c.start, c.rows).clone(),
+                                                 probe_weight, probe_bias, world);
+        worst_parameter = std::max(worst_parameter,
+                                   std::abs(analytic[static_cast<std::size_t>(i)] - numeric) / (1 + std::abs(numeric)));
       }
       CHECK(worst_parameter <= kTolerance);
     }
