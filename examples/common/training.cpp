@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <numeric>
 
 #include <fmt/format.h>
 
