@@ -202,7 +202,9 @@ TEST_CASE("BatchNorm matches PyTorch's outputs, gradients and running statistics
     }
     const int steps = static_cast<int>(get("steps").item());
     for (int step = 0; step < steps; ++step) {
-      const std::string s = "s" + std::to_string(step) + "/";
+      // Note: appended rather than "s" + std::to_string(step): GCC 12 reports a false -Wrestrict on that form.
+      std::string s = "s";
+      s += std::to_string(step) + "/";
       CAPTURE(step);
       bn->train(get(s + "train").item() != 0);
       const Tensor x = get(s + "input").clone().requires_grad_(true);
