@@ -51,26 +51,17 @@ void install(Module& fresh, const Tensor& source_weight, const std::pair<Tensor,
   fresh.eval();
 }
 
+// A Conv2d or Linear with `layer`'s options plus a bias, holding `layer` folded with `bn`.
 // Note: building a layer draws its initial values; a scratch generator keeps the caller's streams untouched.
-std::shared_ptr<Module> fold_conv(const Conv2d& conv, const BatchNormBase& bn) {
+template <class Layer>
+std::shared_ptr<Module> fold_into(const Layer& layer, const BatchNormBase& bn) {
   Generator scratch(0);
-  Conv2dOptions options = conv.options();
+  auto options = layer.options();
   options.bias = true;
-  options.dtype = conv.weight.dtype();
+  options.dtype = layer.weight.dtype();
   options.generator = &scratch;
-  auto fused = std::make_shared<Conv2d>(options);
-  install(*fused, conv.weight, fold(conv.weight, conv.bias, bn));
-  return fused;
-}
-
-std::shared_ptr<Module> fold_linear(const Linear& linear, const BatchNormBase& bn) {
-  Generator scratch(0);
-  LinearOptions options = linear.options();
-  options.bias = true;
-  options.dtype = linear.weight.dtype();
-  options.generator = &scratch;
-  auto fused = std::make_shared<Linear>(options);
-  install(*fused, linear.weight, fold(linear.weight, linear.bias, bn));
+  auto fused = std::make_shared<Layer>(options);
+  install(*fused, layer.weight, fold(layer.weight, layer.bias, bn));
   return fused;
 }
 
@@ -95,7 +86,7 @@ void fuse_in(Sequential& sequential, const std::string& name) {
     if (weight.size(0) != bn->options().num_features)
       fail("fuse_batchnorm: {} '{}' has {} channels but the {} before it has {} outputs (weight {})", bn->type_name(),
            where, bn->options().num_features, previous->type_name(), weight.size(0), shape_string(weight.shape()));
-    sequential.replace(i - 1, is_2d ? fold_conv(*conv, *bn) : fold_linear(*linear, *bn));
+    sequential.replace(i - 1, is_2d ? fold_into(*conv, *bn) : fold_into(*linear, *bn));
     auto placeholder = std::make_shared<FoldedBatchNorm>(previous->type_name());
     placeholder->eval();
     sequential.replace(i, placeholder);
