@@ -1,46 +1,19 @@
 // Learning-rate schedules: PyTorch's values, chaining, state save/load, errors.
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
-#include <sstream>
 
+#include "support/optim_reference.h"
 #include "support/properties.h"
 #include "tapegrad.h"
 
 using namespace tapegrad;
 using namespace tapegrad::optim;
 using tapegrad::testing::identical;
+using tapegrad::testing::reference_values;
 
 namespace {
-
-// tests/data/optim_reference.txt, written by tests/reference/make_optim_reference.py: `key values...` lines.
-const std::map<std::string, std::vector<double>>& reference() {
-  static const auto table = [] {
-    std::map<std::string, std::vector<double>> out;
-    std::ifstream in(std::string(TAPEGRAD_TEST_DATA_DIR) + "/optim_reference.txt");
-    if (!in) throw std::runtime_error("cannot open optim_reference.txt");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream fields(line);
-      std::string key, token;
-      fields >> key;
-      std::vector<double>& values = out[key];
-      while (fields >> token) values.push_back(std::stod(token));
-    }
-    return out;
-  }();
-  return table;
-}
-
-const std::vector<double>& reference_values(const std::string& key) {
-  const auto found = reference().find(key);
-  if (found == reference().end()) FAIL("reference entry " << key << " is missing");
-  return found->second;
-}
-
 
 // The script's optimizers: two groups (lr 0.1 from the defaults, 0.05 overridden), one scalar parameter each.
 struct Setup {

@@ -1,11 +1,10 @@
 // Optimizers: PyTorch reference trajectories, parameters vs buffers, state save/load, convergence, errors,
 // and gradient clipping.
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 
+#include "support/optim_reference.h"
 #include "support/properties.h"
 #include "tapegrad.h"
 
@@ -13,37 +12,11 @@ using namespace tapegrad;
 using namespace tapegrad::optim;
 using Catch::Matchers::Contains;
 using tapegrad::testing::identical;
+using tapegrad::testing::reference_values;
 
 namespace {
 
 TensorOptions f64_grad() { return TensorOptions{}.with_dtype(DType::Float64).with_requires_grad(); }
-
-// tests/data/optim_reference.txt, written by tests/reference/make_optim_reference.py: `key values...` lines.
-const std::map<std::string, std::vector<double>>& reference() {
-  static const auto table = [] {
-    std::map<std::string, std::vector<double>> out;
-    std::ifstream in(std::string(TAPEGRAD_TEST_DATA_DIR) + "/optim_reference.txt");
-    if (!in) throw std::runtime_error("cannot open optim_reference.txt");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      std::istringstream fields(line);
-      std::string key;
-      fields >> key;
-      std::vector<double>& values = out[key];
-      std::string token;
-      while (fields >> token) values.push_back(std::stod(token));
-    }
-    return out;
-  }();
-  return table;
-}
-
-const std::vector<double>& reference_values(const std::string& key) {
-  const auto found = reference().find(key);
-  if (found == reference().end()) FAIL("reference entry " << key << " is missing");
-  return found->second;
-}
 
 // Relative-ish closeness: |a - b| <= 1e-12 * max(1, |b|) everywhere.
 bool close_to(const std::vector<double>& actual, const std::vector<double>& expected, double tolerance = 1e-12) {
