@@ -22,7 +22,8 @@ namespace {
 int usable_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, CPU_COUNT(&set));
 }
 
@@ -50,9 +51,9 @@ int main(int argc, char** argv) {
     // threads than the cores a rank may run on would make its OpenMP team take turns on one core (measured:
     // 3x slower), so the share is capped by this process's CPU affinity, and an explicit excess is reported.
     const int allowed_cores = usable_cores();
+    const int share = static_cast<int>(std::thread::hardware_concurrency()) / world.world_size();
     if (options.threads == 0)
-      options.threads = std::max(1, std::min(allowed_cores,
-                                             static_cast<int>(std::thread::hardware_concurrency()) / world.world_size()));
+      options.threads = std::max(1, std::min(allowed_cores, share));
     else if (options.threads > allowed_cores)
       fmt::print(stderr,
                  "fashion_mnist_ddp: rank {} may run on {} core(s) only, so --threads {} will oversubscribe them; "
