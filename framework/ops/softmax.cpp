@@ -112,26 +112,37 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim) { return normalise(x, dim,
 Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
   x.check_defined("logsumexp");
   const detail::ReducePlan plan = detail::plan_reduction(x.shape(), dims, "logsumexp");
+  // Note: the shift (the finite maximum) and log(sum(exp(x - shift))) are kept apart for the backward,
+  // exp((x - shift) - log_total): their sum rounded to T is off by half an ulp of the shift (0.03 at 1e6 in
+  // float32), which would scale every gradient entry by up to e^0.03.
+  Tensor shift_values = empty(plan.keep, x.dtype()), log_total = empty(plan.keep, x.dtype());
   Tensor out = empty(keepdim ? plan.keep : plan.out, x.dtype());
   detail::dispatch_floating(x.dtype(), "logsumexp", [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* o = out.data<T>();
+    T* shift = shift_values.data<T>();
+    T* lt = log_total.data<T>();
     const auto m = static_cast<std::size_t>(out.numel());
-    std::vector<T> shift(m, -std::numeric_limits<T>::infinity()), total(m, T(0));
+    std::vector<T> total(m, T(0));
+    std::fill(shift, shift + m, -std::numeric_limits<T>::infinity());
     detail::for_each_reduced(in, x.shape(), plan.keep, [&](std::int64_t j, T v) { shift[j] = std::max(shift[j], v); });
-    for (T& v : shift) v = finite_shift(v);
+    for (std::size_t j = 0; j < m; ++j) shift[j] = finite_shift(shift[j]);
     detail::for_each_reduced(in, x.shape(), plan.keep, [&](std::int64_t j, T v) { total[j] += std::exp(v - shift[j]); });
-    for (std::size_t j = 0; j < m; ++j) o[j] = std::log(total[j]) + shift[j];
+    for (std::size_t j = 0; j < m; ++j) {
+      lt[j] = std::log(total[j]);
+      o[j] = lt[j] + shift[j];
+    }
   });
   return record_if_needed("logsumexp", out, {x}, [&] {
-    return [sx = SavedTensor(x, "logsumexp"), values = SavedTensor(out.detach().reshape(plan.keep), "logsumexp"),
-            plan](const Tensor& g, NeedsGrad) {
-      // d lse / dx = exp(x - lse), i.e. the softmax over dims; under create_graph lse is recomputed so the
-      // second derivative reaches x
-      const Tensor& v = sx.get();
-      Tensor lse = is_grad_enabled() ? logsumexp(v, plan.dims, true) : values.get();
-      return std::vector<Tensor>{mul(g.reshape(plan.keep), exp(sub(v, lse)))};
+    return [sx = SavedTensor(x, "logsumexp"), sshift = SavedTensor(shift_values, "logsumexp"),
+            slog = SavedTensor(log_total, "logsumexp"), plan](const Tensor& g, NeedsGrad) {
+      // d lse / dx = exp((x - shift) - log_total), the softmax over dims. Under create_graph log_total is
+      // recomputed from recorded ops (the shift is a constant: any shift gives the same derivative), so the
+      // second derivative reaches x.
+      Tensor shifted = sub(sx.get(), sshift.get());
+      Tensor lt = is_grad_enabled() ? log(sum(exp(shifted), plan.dims, true)) : slog.get();
+      return std::vector<Tensor>{mul(g.reshape(plan.keep), exp(sub(shifted, lt)))};
     };
   });
 }
