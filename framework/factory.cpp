@@ -1,7 +1,6 @@
 // Tensor factories: constant fills, ranges, from host values, and random draws from a Generator.
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "framework/detail/dispatch.h"
 #include "framework/detail/tensor_impl.h"
@@ -110,6 +109,9 @@ Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOp
 }
 
 Tensor rand(const Shape& shape, Generator& generator, TensorOptions options) {
+  // Note: float32 takes 24 bits; 53 bits rounded to float could give exactly 1.
+  if (options.dtype == DType::Float32)
+    return fill_random(shape, options, "rand", [&] { return static_cast<double>(generator.uniform01_float()); });
   return fill_random(shape, options, "rand", [&] { return generator.uniform01(); });
 }
 Tensor randn(const Shape& shape, Generator& generator, TensorOptions options) {
@@ -121,15 +123,16 @@ Tensor uniform(const Shape& shape, double low, double high, Generator& generator
 }
 Tensor normal(const Shape& shape, double mean, double stddev, Generator& generator, TensorOptions options) {
   if (!(stddev >= 0)) fail("normal: stddev must be non-negative, got {}", stddev);
-  std::normal_distribution<double> distribution(mean, stddev);
-  return fill_random(shape, options, "normal", [&] { return distribution(generator.engine()); });
+  return fill_random(shape, options, "normal", [&] { return mean + stddev * generator.standard_normal(); });
 }
 Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& generator) {
   if (low >= high) fail("randint: low {} must be below high {}", low, high);
   Tensor t = empty(shape, DType::Int64);
-  std::uniform_int_distribution<std::int64_t> distribution(low, high - 1);
+  // Note: the width is computed in unsigned arithmetic, so [INT64_MIN, INT64_MAX) does not overflow.
+  const std::uint64_t width = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
   std::int64_t* p = t.data<std::int64_t>();
-  for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = distribution(generator.engine());
+  for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
+    p[i] = static_cast<std::int64_t>(static_cast<std::uint64_t>(low) + generator.below(width));
   return t;
 }
 

@@ -1,5 +1,7 @@
 #include "framework/generator.h"
 
+#include <cmath>
+#include <numbers>
 #include <sstream>
 
 #include "framework/error.h"
@@ -20,6 +22,21 @@ void Generator::set_state(const std::string& state) {
   if (in.fail()) fail("Generator::set_state: malformed generator state");
   seed_ = seed;
   engine_ = engine;
+}
+
+double Generator::standard_normal() {
+  // Note: 1 - u is in (0, 1], so the logarithm is finite.
+  const double radius = std::sqrt(-2.0 * std::log(1.0 - uniform01()));
+  const double angle = 2.0 * std::numbers::pi * uniform01();
+  return radius * std::cos(angle);
+}
+
+std::uint64_t Generator::below(std::uint64_t bound) {
+  if (bound == 0) fail("Generator::below: bound must be positive");
+  const std::uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  std::uint64_t draw = engine_();
+  while (draw >= limit) draw = engine_();
+  return draw % bound;
 }
 
 Generator& default_generator() {

@@ -196,7 +196,7 @@ TEST_CASE("Dropout masks are reproducible from the seed and fresh on every call"
 
 TEST_CASE("Dropout's stream position is state: a fresh layer loaded with it draws the next mask") {
   nn::Dropout a(nn::DropoutOptions{}.with_seed(9)), fresh(nn::DropoutOptions{}.with_seed(9));
-  CHECK(names(a.state()) == std::vector<std::string>{"num_masks_drawn"});
+  CHECK(names(a.state()) == std::vector<std::string>{"mask_seed", "num_masks_drawn"});
   const Tensor x = ones({100});
   a(x);
   a(x);
@@ -216,7 +216,61 @@ TEST_CASE("a version-1 Dropout state (no stream position) loads and starts the s
   old_layer.load_state({}, /*strict=*/true, {{"", 1}});
   CHECK(old_layer.num_masks_drawn.item() == 0.0);
   CHECK(identical(old_layer(x), reference(x)));
-  CHECK(old_layer.state_versions().at("") == 2);
+  CHECK(old_layer.state_versions().at("") == 3);
+}
+
+TEST_CASE("a version-2 Dropout state (no seed) keeps the layer's own seed and stream position") {
+  nn::Dropout old_layer(nn::DropoutOptions{}.with_seed(4)), reference(nn::DropoutOptions{}.with_seed(4));
+  const Tensor x = ones({64});
+  reference(x);
+  old_layer.load_state({{"num_masks_drawn", reference.num_masks_drawn.clone()}}, /*strict=*/true, {{"", 2}});
+  CHECK(old_layer.seed() == 4u);
+  CHECK(identical(old_layer(x), reference(x)));
+}
+
+// Note: at p = 0.5 two independent masks of 4000 elements differ in 2000 places on average (standard
+// deviation ~32); the same mask differs in none.
+std::int64_t mask_differences(const Tensor& a, const Tensor& b) {
+  const std::vector<double> va = a.to_vector(), vb = b.to_vector();
+  std::int64_t differ = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) differ += (va[i] == 0.0) != (vb[i] == 0.0);
+  return differ;
+}
+
+TEST_CASE("manual_seed decides every Dropout mask, and two layers draw independent masks") {
+  const Tensor x = ones({4000});
+  auto build_and_draw = [&](std::uint64_t seed) {
+    manual_seed(seed);
+    auto model = std::make_shared<nn::Sequential>(
+        std::initializer_list<std::shared_ptr<nn::Module>>{std::make_shared<nn::Dropout>(0.5),
+                                                            std::make_shared<nn::Dropout>(0.5)});
+    auto first = std::dynamic_pointer_cast<nn::Dropout>(model->children()[0]);
+    auto second = std::dynamic_pointer_cast<nn::Dropout>(model->children()[1]);
+    return std::pair{first->forward(x), second->forward(x)};
+  };
+  const auto [a1, a2] = build_and_draw(7);
+  const auto [b1, b2] = build_and_draw(7);
+  const auto [c1, c2] = build_and_draw(8);
+  CHECK(identical(a1, b1));  // same seed: same masks
+  CHECK(identical(a2, b2));
+  const std::int64_t between_layers = mask_differences(a1, a2);
+  CHECK(between_layers > 1800);
+  CHECK(between_layers < 2200);
+  const std::int64_t between_seeds = mask_differences(a1, c1);
+  CHECK(between_seeds > 1800);
+  CHECK(between_seeds < 2200);
+}
+
+TEST_CASE("Dropout seeds differ between layers for many seeds (property)") {
+  rc::prop("independent masks", [](std::uint64_t seed) {
+    manual_seed(seed);
+    nn::Dropout first(0.5), second(0.5);
+    RC_ASSERT(first.seed() != second.seed());
+    const Tensor x = ones({2000});
+    const std::int64_t differ = mask_differences(first(x), second(x));
+    RC_ASSERT(differ > 800);  // mean 1000, standard deviation ~22
+    RC_ASSERT(differ < 1200);
+  });
 }
 
 TEST_CASE("Dropout backward is g * mask / (1 - p), and p is validated") {

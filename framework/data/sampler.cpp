@@ -40,12 +40,7 @@ std::uint64_t epoch_seed(std::uint64_t seed, std::uint64_t epoch, std::uint64_t 
 
 std::int64_t random_below(Generator& generator, std::int64_t bound) {
   if (bound <= 0) fail("random_below: bound must be positive, got {}", bound);
-  // Note: rejection sampling on the top of the 64-bit range keeps every value equally likely.
-  const auto range = static_cast<std::uint64_t>(bound);
-  const std::uint64_t limit = UINT64_MAX - UINT64_MAX % range;
-  std::uint64_t draw = generator.engine()();
-  while (draw >= limit) draw = generator.engine()();
-  return static_cast<std::int64_t>(draw % range);
+  return static_cast<std::int64_t>(generator.below(static_cast<std::uint64_t>(bound)));
 }
 
 std::vector<std::int64_t> random_permutation(std::int64_t n, Generator& generator) {
