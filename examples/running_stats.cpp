@@ -9,6 +9,7 @@
 // with gnuplot, running_stats.png.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -58,32 +59,36 @@ struct Range {
   }
 };
 
-void plot(const std::string& output_dir, const std::string& csv, const std::string& recalibrated_csv,
+void plot(const std::string& output_dir, const std::string& csv_path, const std::string& recalibrated_csv_path,
           const Range& mean_range, const Range& var_range) {
   const std::string script = output_dir + "/running_stats.gp";
+  // gnuplot runs in output_dir (examples::run_gnuplot): files are named relative to it, as quoted strings
+  const std::string csv = examples::gnuplot_string(std::filesystem::path(csv_path).filename().string());
+  const std::string recalibrated_csv =
+      examples::gnuplot_string(std::filesystem::path(recalibrated_csv_path).filename().string());
   std::ofstream out(script);
   auto panel = [&](const std::string& title, int batch_column, int first_running, int true_column,
                    const std::string& what) {
     return fmt::format("set title '{1}'\n"
-                       "plot '{0}' using 1:{2} with lines lc rgb '#bbbbbb' title 'batch {5}', "
-                       "'{0}' using 1:{3} with lines lw 2 lc rgb '#009e73' title 'running, momentum 0.1', "
-                       "'{0}' using 1:{6} with lines lw 2 lc rgb '#56b4e9' title 'running, momentum 0.01', "
-                       "'{0}' using 1:{7} with lines lw 2 lc rgb '#e69f00' title 'running, cumulative', "
-                       "'{0}' using 1:{4} with lines dt 2 lw 2 lc rgb 'black' title 'true {5}'\n",
+                       "plot {0} using 1:{2} with lines lc rgb '#bbbbbb' title 'batch {5}', "
+                       "{0} using 1:{3} with lines lw 2 lc rgb '#009e73' title 'running, momentum 0.1', "
+                       "{0} using 1:{6} with lines lw 2 lc rgb '#56b4e9' title 'running, momentum 0.01', "
+                       "{0} using 1:{7} with lines lw 2 lc rgb '#e69f00' title 'running, cumulative', "
+                       "{0} using 1:{4} with lines dt 2 lw 2 lc rgb 'black' title 'true {5}'\n",
                        csv, title, batch_column, first_running, true_column, what, first_running + 2,
                        first_running + 4);
   };
   auto error_panel = [&](const std::string& what, int first_running, int true_column, int recalibrated_column) {
     return fmt::format("set title 'distance from the true {1}'\n"
-                       "plot '{0}' using 1:(abs(${2}-${5})) with lines lw 2 lc rgb '#009e73' title 'running, momentum 0.1', "
-                       "'{0}' using 1:(abs(${3}-${5})) with lines lw 2 lc rgb '#56b4e9' title 'running, momentum 0.01', "
-                       "'{0}' using 1:(abs(${4}-${5})) with lines lw 2 lc rgb '#e69f00' title 'running, cumulative', "
-                       "'{6}' using 1:{7} with linespoints pt 7 lc rgb 'black' title 'recalibrated over the batches so far'\n",
+                       "plot {0} using 1:(abs(${2}-${5})) with lines lw 2 lc rgb '#009e73' title 'running, momentum 0.1', "
+                       "{0} using 1:(abs(${3}-${5})) with lines lw 2 lc rgb '#56b4e9' title 'running, momentum 0.01', "
+                       "{0} using 1:(abs(${4}-${5})) with lines lw 2 lc rgb '#e69f00' title 'running, cumulative', "
+                       "{6} using 1:{7} with linespoints pt 7 lc rgb 'black' title 'recalibrated over the batches so far'\n",
                        csv, what, first_running, first_running + 2, first_running + 4, true_column, recalibrated_csv,
                        recalibrated_column);
   };
   out << "set datafile separator ','\nset terminal pngcairo size 1200,1300 noenhanced\n"
-      << fmt::format("set output '{}/running_stats.png'\n", output_dir)
+      << fmt::format("set output {}\n", examples::gnuplot_string("running_stats.png"))
       << "set multiplot layout 3,2 title 'One BatchNorm channel over training batches'\n"
       << "set xlabel 'batch'\nset key top right box opaque\n"
       << panel("mean", 2, 4, 10, "mean") << panel("unbiased variance", 3, 5, 11, "variance")

@@ -1,11 +1,19 @@
 #include "common/training.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -45,44 +53,99 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-Progress::Progress(std::string label, std::int64_t total)
-    : label_(std::move(label)), total_(total), start_(now_seconds()) {}
-
 double Progress::elapsed_seconds() const { return now_seconds() - start_; }
+
+Progress::Progress(std::string label, std::int64_t total, std::ostream& out, bool interactive)
+    : label_(std::move(label)), total_(total), start_(now_seconds()), out_(&out), interactive_(interactive) {}
 
 void Progress::advance(std::int64_t samples) {
   done_ += samples;
   const double t = elapsed_seconds();
+  const double rate = t > 0 ? static_cast<double>(done_) / t : 0;
+  const double eta = rate > 0 ? static_cast<double>(total_ - done_) / rate : 0;
+  if (!interactive_) {
+    // Note: a file or a pipe gets whole lines only: one per 10% once the epoch has run for 10 s (a short epoch
+    // prints nothing here; its summary line follows), never a carriage-return redraw.
+    const int tenth = total_ > 0 ? static_cast<int>(10 * done_ / total_) : 10;
+    if (tenth > last_tenth_ && tenth < 10 && t >= 10.0)
+      *out_ << fmt::format("{} {}% {}/{}  {:.0f} samples/s  ETA {:.0f}s\n", label_, 10 * tenth, done_, total_, rate,
+                           eta)
+            << std::flush;
+    last_tenth_ = std::max(last_tenth_, tenth);
+    return;
+  }
   if (t - last_draw_ < 0.1 && done_ < total_) return;
   last_draw_ = t;
   const int width = 30;
   const int filled = total_ > 0 ? static_cast<int>(width * done_ / total_) : width;
-  const double rate = t > 0 ? static_cast<double>(done_) / t : 0;
-  const double eta = rate > 0 ? static_cast<double>(total_ - done_) / rate : 0;
   std::string bar(static_cast<std::size_t>(filled), '=');
   if (filled < width) bar += '>' + std::string(static_cast<std::size_t>(width - filled - 1), ' ');
-  std::cerr << fmt::format("\r{} [{}] {}/{}  {:.0f} samples/s  ETA {:.0f}s   ", label_, bar, done_, total_, rate, eta)
-            << std::flush;
+  *out_ << fmt::format("\r{} [{}] {}/{}  {:.0f} samples/s  ETA {:.0f}s   ", label_, bar, done_, total_, rate, eta)
+        << std::flush;
 }
 
-void Progress::finish() { std::cerr << "\r" << std::string(100, ' ') << "\r" << std::flush; }
+void Progress::finish() {
+  if (interactive_) *out_ << "\r" << std::string(100, ' ') << "\r" << std::flush;
+}
 
-bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
 
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  while (true) {
+    const std::size_t colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (colon == std::string_view::npos) return "";
+    rest.remove_prefix(colon + 1);
+  }
+}
+
+bool have_gnuplot() { return !find_on_path("gnuplot").empty(); }
+
+std::string gnuplot_string(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// Note: gnuplot runs from an argument vector, never through a shell, in the script's own directory, and the
+// scripts name their files relative to it: an output directory holding a quote, a '$' or a backtick is then
+// neither shell nor gnuplot syntax.
 bool run_gnuplot(const std::string& script_path) {
-  if (!have_gnuplot()) {
+  const std::string gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) {
     std::cerr << "gnuplot not found on PATH (Debian: gnuplot-nox): no PNG, the CSV is written\n";
     return false;
   }
-  const int status = std::system(fmt::format("gnuplot '{}'", script_path).c_str());
-  if (status != 0) std::cerr << fmt::format("gnuplot {} failed (status {})\n", script_path, status);
-  return status == 0;
+  const std::filesystem::path script(script_path);
+  const std::string dir = script.has_parent_path() ? script.parent_path().string() : ".";
+  const std::string name = script.filename().string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
+  std::vector<char*> argv{const_cast<char*>(gnuplot.c_str()), const_cast<char*>(name.c_str()), nullptr};
+  pid_t child = 0;
+  const int spawned = posix_spawn(&child, gnuplot.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    std::cerr << fmt::format("gnuplot could not be started: {}\n", std::strerror(spawned));
+    return false;
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!ok) std::cerr << fmt::format("gnuplot {} failed (status {})\n", script_path, status);
+  return ok;
 }
 
 void write_metrics(const std::string& output_dir, const std::string& name, const std::vector<EpochMetrics>& rows) {
-  const std::string csv = output_dir + "/" + name + "_metrics.csv";
+  const std::string csv_name = name + "_metrics.csv", csv = gnuplot_string(csv_name);
   {
-    std::ofstream out(csv);
+    std::ofstream out(output_dir + "/" + csv_name);
     out << "epoch,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second\n";
     for (const auto& r : rows)
       out << fmt::format("{},{:.6f},{:.6f},{:.6f},{:.6f},{:.3f},{:.1f}\n", r.epoch, r.train_loss, r.train_accuracy,
@@ -93,12 +156,12 @@ void write_metrics(const std::string& output_dir, const std::string& name, const
   {
     std::ofstream out(script);
     out << "set datafile separator ','\nset terminal pngcairo size 1000,400 noenhanced\n"
-        << fmt::format("set output '{}/{}_curves.png'\n", output_dir, name)
+        << fmt::format("set output {}\n", gnuplot_string(name + "_curves.png"))
         << "set multiplot layout 1,2 title '" << name << "'\nset key autotitle columnhead\nset xlabel 'epoch'\n"
         << "set title 'loss'\n"
-        << fmt::format("plot '{0}' using 1:2 with linespoints title 'train', '{0}' using 1:4 with linespoints title 'test'\n", csv)
+        << fmt::format("plot {0} using 1:2 with linespoints title 'train', {0} using 1:4 with linespoints title 'test'\n", csv)
         << "set title 'accuracy'\n"
-        << fmt::format("plot '{0}' using 1:3 with linespoints title 'train', '{0}' using 1:5 with linespoints title 'test'\n", csv)
+        << fmt::format("plot {0} using 1:3 with linespoints title 'train', {0} using 1:5 with linespoints title 'test'\n", csv)
         << "unset multiplot\n";
   }
   run_gnuplot(script);
@@ -154,7 +217,8 @@ int run_example(int argc, char** argv, const ExampleSpec& spec) try {
   std::vector<EpochMetrics> rows;
   Score test_score;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
-    Progress progress(fmt::format("epoch {}/{}", epoch, options.epochs), steps_per_epoch * options.batch_size);
+    Progress progress(fmt::format("epoch {}/{}", epoch, options.epochs), steps_per_epoch * options.batch_size,
+                      std::cerr, stderr_is_terminal());
     const EpochResult trained = train_epoch(*model, loader, *training.optimizer, training.schedule.get(),
                                             steps_per_epoch, [&](std::int64_t n) { progress.advance(n); });
     const double seconds = progress.elapsed_seconds();

@@ -2,6 +2,7 @@
 /// Shared pieces of the examples: command-line options, the epoch loop's progress bar, evaluation, metrics.
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,13 +37,14 @@ void apply(Options& options, const std::string& name);
 /// The first `count` examples of a dataset (all of it when count is 0 or larger than the dataset).
 tapegrad::data::TensorDataset take(const tapegrad::data::TensorDataset& dataset, std::int64_t count);
 
-/// A progress bar on stderr: "epoch 2/4 [=====>    ] 23040/60000  4100 samples/s  ETA 9s".
+/// Epoch progress. On a terminal, a bar redrawn in place: "epoch 2/4 [=====>    ] 23040/60000  4100 samples/s
+/// ETA 9s"; elsewhere (a log file, a pipe) whole lines only, one per 10% of an epoch that runs over 10 s.
 class Progress {
  public:
-  Progress(std::string label, std::int64_t total);
+  Progress(std::string label, std::int64_t total, std::ostream& out, bool interactive);
   /// Records `samples` more samples done and redraws (at most ~10 times a second).
   void advance(std::int64_t samples);
-  /// Clears the bar's line.
+  /// Clears the bar's line (on a terminal).
   void finish();
   double elapsed_seconds() const;
 
@@ -50,7 +52,17 @@ class Progress {
   std::string label_;
   std::int64_t total_, done_ = 0;
   double start_, last_draw_ = -1;
+  std::ostream* out_;
+  bool interactive_;
+  int last_tenth_ = 0;
 };
+
+/// True when stderr is a terminal (the progress bar's redraws are for terminals only).
+bool stderr_is_terminal();
+/// The path of `program` found on $PATH, or "" (no shell involved).
+std::string find_on_path(const std::string& program);
+/// `text` as a gnuplot single-quoted string (quotes doubled).
+std::string gnuplot_string(const std::string& text);
 
 /// One row of the metrics CSV.
 struct EpochMetrics {
@@ -64,7 +76,8 @@ void write_metrics(const std::string& output_dir, const std::string& name, const
 
 /// True when `gnuplot` is found on PATH.
 bool have_gnuplot();
-/// Runs gnuplot on a script file; returns false (and says why on stderr) when it fails or is absent.
+/// Runs gnuplot on a script file, in the script's directory and without a shell; returns false (and says why
+/// on stderr) when it fails or is absent. Scripts name their files relative to their own directory.
 bool run_gnuplot(const std::string& script_path);
 
 /// What distinguishes one classification example from another; run_example() does the rest.
