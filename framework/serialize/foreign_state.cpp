@@ -1,0 +1,298 @@
+// What the PyTorch and safetensors formats share: element decoding, whole-file I/O, format sniffing, and loading
+// foreign tensors into a module (dtype conversion, tapegrad-only buffers) through Module::load_state.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "framework/serialize/detail/foreign.h"
+#include "framework/serialize/interop.h"
+
+namespace tapegrad {
+namespace foreign {
+
+std::size_t element_bytes(Element element) {
+  switch (element) {
+    case Element::Float16:
+    case Element::BFloat16:
+    case Element::Int16: return 2;
+    case Element::Float32:
+    case Element::Int32: return 4;
+    case Element::Float64:
+    case Element::Int64: return 8;
+    case Element::Int8:
+    case Element::UInt8:
+    case Element::Bool: return 1;
+  }
+  return 1;
+}
+
+const char* element_name(Element element) {
+  switch (element) {
+    case Element::Float16: return "float16";
+    case Element::BFloat16: return "bfloat16";
+    case Element::Float32: return "float32";
+    case Element::Float64: return "float64";
+    case Element::Int64: return "int64";
+    case Element::Int32: return "int32";
+    case Element::Int16: return "int16";
+    case Element::Int8: return "int8";
+    case Element::UInt8: return "uint8";
+    case Element::Bool: return "bool";
+  }
+  return "?";
+}
+
+DType widened_dtype(Element element) {
+  switch (element) {
+    case Element::Float16:
+    case Element::BFloat16:
+    case Element::Float32: return DType::Float32;
+    case Element::Float64: return DType::Float64;
+    default: return DType::Int64;
+  }
+}
+
+Element element_of(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return Element::Float32;
+    case DType::Float64: return Element::Float64;
+    case DType::Int64: break;
+  }
+  return Element::Int64;
+}
+
+namespace {
+
+// IEEE binary16 -> binary32, exactly (every half is a float), subnormals and NaN payloads included.
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exponent = (h >> 10) & 0x1fu;
+  std::uint32_t mantissa = h & 0x3ffu;
+  std::uint32_t bits = 0;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {  // subnormal: normalise
+    exponent = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  } else {
+    bits = sign;
+  }
+  float out = 0;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+// bfloat16 is the upper half of a binary32.
+float bfloat16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float out = 0;
+  std::memcpy(&out, &bits, sizeof out);
+  return out;
+}
+
+template <class Stored>
+Stored load_le(const char* p) {
+  // Note: the formats are little-endian and so is every machine tapegrad builds for (checkpoint.cpp's header
+  // insists on it too); a byte copy keeps unaligned storages legal.
+  Stored value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
+}
+
+template <class Out>
+Out read_one(const char* p, Element element) {
+  switch (element) {
+    case Element::Float16: return static_cast<Out>(half_to_float(load_le<std::uint16_t>(p)));
+    case Element::BFloat16: return static_cast<Out>(bfloat16_to_float(load_le<std::uint16_t>(p)));
+    case Element::Float32: return static_cast<Out>(load_le<float>(p));
+    case Element::Float64: return static_cast<Out>(load_le<double>(p));
+    case Element::Int64: return static_cast<Out>(load_le<std::int64_t>(p));
+    case Element::Int32: return static_cast<Out>(load_le<std::int32_t>(p));
+    case Element::Int16: return static_cast<Out>(load_le<std::int16_t>(p));
+    case Element::Int8: return static_cast<Out>(load_le<std::int8_t>(p));
+    case Element::UInt8: return static_cast<Out>(load_le<std::uint8_t>(p));
+    case Element::Bool: return static_cast<Out>(*p != 0 ? 1 : 0);
+  }
+  return Out{};
+}
+
+template <class Out>
+void decode_into(Out* out, const char* bytes, Element element, const Shape& shape, const Shape& strides,
+                 std::int64_t offset) {
+  const std::int64_t numel = shape_numel(shape);
+  if (numel == 0) return;
+  const auto size = static_cast<std::int64_t>(element_bytes(element));
+  std::vector<std::int64_t> index(shape.size(), 0);
+  std::int64_t position = offset;  // element index into the storage of the current multi-index
+  for (std::int64_t i = 0; i < numel; ++i) {
+    out[i] = read_one<Out>(bytes + position * size, element);
+    for (std::size_t d = shape.size(); d-- > 0;) {  // odometer: the last dim moves fastest
+      if (++index[d] < shape[d]) {
+        position += strides[d];
+        break;
+      }
+      position -= (shape[d] - 1) * strides[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+Tensor decode_strided(const char* bytes, Element element, const Shape& shape, const Shape& strides,
+                      std::int64_t offset) {
+  Tensor out = empty(shape, widened_dtype(element));
+  switch (out.dtype()) {
+    case DType::Float32: decode_into(out.data<float>(), bytes, element, shape, strides, offset); break;
+    case DType::Float64: decode_into(out.data<double>(), bytes, element, shape, strides, offset); break;
+    case DType::Int64: decode_into(out.data<std::int64_t>(), bytes, element, shape, strides, offset); break;
+  }
+  return out;
+}
+
+std::string read_whole_file(const std::string& path, const char* what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot open {}: {}", what, path, std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    fail("{}: cannot open {}: not a regular file", what, path);
+  }
+  std::string bytes(static_cast<std::size_t>(info.st_size), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int read_errno = errno;
+      ::close(fd);
+      fail("{}: reading {} failed after {} bytes: {}", what, path, done, n == 0 ? "file shrank" : std::strerror(read_errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+void write_file_atomically(const std::string& path, const char* what, const std::function<bool(std::FILE*)>& write) {
+  const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
+  std::FILE* file = std::fopen(temporary.c_str(), "wb");
+  if (!file) fail("{}: cannot open {} for writing: {}", what, temporary, std::strerror(errno));
+  bool written = false;
+  try {
+    written = write(file) && std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
+  } catch (...) {
+    std::fclose(file);
+    std::remove(temporary.c_str());
+    throw;
+  }
+  const int saved_errno = errno;
+  if (std::fclose(file) != 0 || !written) {
+    std::remove(temporary.c_str());
+    fail("{}: writing {} failed: {}", what, temporary, std::strerror(saved_errno));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(temporary.c_str());
+    fail("{}: cannot rename {} to {}: {}", what, temporary, path, std::strerror(rename_errno));
+  }
+}
+
+std::optional<nn::LoadResult> load_if_foreign(nn::Module& module, const std::string& path, bool strict) {
+  switch (sniff_state_format_of_file(path)) {
+    case StateFormat::PyTorch: return load_pytorch(module, path, strict);
+    case StateFormat::Safetensors: return load_safetensors(module, path, strict);
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace foreign
+
+StateFormat sniff_state_format(std::string_view bytes) {
+  if (bytes.substr(0, 8) == "TAPEGRAD") return StateFormat::Checkpoint;
+  if (bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4)) return StateFormat::PyTorch;
+  // Note: safetensors has no magic; its header is JSON, so the byte after the 8-byte length is '{'. A length
+  // of at least 2 and below 2^32 rules out most other files starting with '{' at offset 8.
+  if (bytes.size() >= 9 && bytes[8] == '{') {
+    std::uint64_t length = 0;
+    std::memcpy(&length, bytes.data(), sizeof length);
+    if (length >= 2 && length < (std::uint64_t{1} << 32)) return StateFormat::Safetensors;
+  }
+  return StateFormat::Unknown;
+}
+
+StateFormat sniff_state_format_of_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return StateFormat::Unknown;
+  char head[16] = {};
+  in.read(head, sizeof head);
+  return sniff_state_format(std::string_view(head, static_cast<std::size_t>(in.gcount())));
+}
+
+namespace {
+// Note: the buffers tapegrad has and PyTorch's layers do not: BatchNorm's `frozen` flag and every buffer of a
+// Dropout (its random stream; PyTorch's Dropout has no state). Known by the owning layer's type and the buffer's
+// name, so a user's own buffer on another layer is still saved.
+bool is_tapegrad_only(const std::string& type_name, const std::string& buffer) {
+  if (type_name.find("Dropout") != std::string::npos) return true;
+  return buffer == "frozen" && type_name.find("BatchNorm") != std::string::npos;
+}
+
+std::map<std::string, bool> tapegrad_only_keys(const nn::Module& module) {
+  std::map<std::string, bool> keys;
+  // named_modules() is non-const only because it hands out mutable pointers; nothing is changed here.
+  for (auto& [prefix, child] : const_cast<nn::Module&>(module).named_modules())
+    for (const auto& [name, tensor] : child->named_buffers(/*recurse=*/false))
+      if (is_tapegrad_only(child->type_name(), name)) keys[prefix.empty() ? name : prefix + "." + name] = true;
+  return keys;
+}
+}  // namespace
+
+nn::NamedTensors pytorch_state(const nn::Module& module) {
+  const auto skip = tapegrad_only_keys(module);
+  nn::NamedTensors out;
+  for (auto& entry : module.state())
+    if (!skip.count(entry.first)) out.push_back(std::move(entry));
+  return out;
+}
+
+nn::LoadResult load_foreign_state(nn::Module& module, const std::vector<ForeignTensor>& tensors, bool strict,
+                                  const std::string& source) {
+  std::map<std::string, Tensor> expected;
+  for (const auto& [name, tensor] : module.state()) expected.emplace(name, tensor);
+  nn::NamedTensors entries;
+  std::map<std::string, bool> present;
+  for (const ForeignTensor& t : tensors) {
+    present[t.name] = true;
+    auto it = expected.find(t.name);
+    // As load_state_dict's copy_: the module's dtype wins. Shapes (and unexpected keys) are load_state's to check.
+    const bool convert = it != expected.end() && it->second.dtype() != t.value.dtype() &&
+                         it->second.shape() == t.value.shape();
+    if (convert && !is_floating(it->second.dtype()))
+      for (const double v : t.value.to_vector())
+        if (!(v >= -9.2e18 && v <= 9.2e18) || v != static_cast<double>(static_cast<std::int64_t>(v)))
+          fail("{}: '{}' holds {} where the model's int64 entry needs whole numbers", source, t.name, v);
+    entries.emplace_back(t.name, convert ? t.value.to(it->second.dtype()) : t.value);
+  }
+  for (const auto& [name, only] : tapegrad_only_keys(module))
+    if (!present.count(name)) entries.emplace_back(name, expected.at(name).clone());
+  try {
+    return module.load_state(entries, strict);
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
+  }
+}
+
+}  // namespace tapegrad
