@@ -26,6 +26,7 @@
 #include "framework/ops/shape_ops.h"
 #include "framework/ops/softmax.h"
 #include "framework/parallel.h"
+#include "framework/serialize/interop.h"
 #include "framework/tensor.h"
 #include "layers/activation.h"
 #include "layers/batch_norm.h"

@@ -151,6 +151,15 @@ TEST_CASE("a float32 file loads into a float64 model as load_state_dict converts
   CHECK(relative_error(eval_output(*model, io.at("input").to(DType::Float64)), io.at("output")) <= 1e-5);
 }
 
+TEST_CASE("a pickle that would run code and the pre-1.6 format are refused by name", "[interop][torch]") {
+  auto model = make("mlp", DType::Float32);
+  const auto before = model->clone();
+  CHECK_THROWS_WITH(load(*model, kDir + "/exploit.pt"), Catch::Contains("global 'posix.system' is not allowed"));
+  CHECK_THROWS_WITH(load_pytorch(*model, kDir + "/legacy.pt"), Catch::Contains("legacy torch.save format"));
+  const auto a = model->state(), b = before->state();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(relative_error(a[i].second, b[i].second) == 0);
+}
+
 TEST_CASE("a model trained in PyTorch scores the same in tapegrad, then fine-tunes", "[interop][torch]") {
   const data::TensorDataset test_set = test_subset();
   std::ifstream expected_file(kDir + "/torch_trained.json");

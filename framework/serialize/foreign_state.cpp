@@ -262,9 +262,18 @@ std::map<std::string, bool> tapegrad_only_keys(const nn::Module& module) {
 
 nn::NamedTensors pytorch_state(const nn::Module& module) {
   const auto skip = tapegrad_only_keys(module);
+  std::map<std::string, Tensor> persistent;
+  for (auto& [name, tensor] : module.state()) persistent.emplace(name, tensor);
+  // Note: in state_dict()'s order: each module's parameters, then its buffers, module by module (state() lists
+  // every parameter before any buffer).
   nn::NamedTensors out;
-  for (auto& entry : module.state())
-    if (!skip.count(entry.first)) out.push_back(std::move(entry));
+  for (auto& [prefix, child] : const_cast<nn::Module&>(module).named_modules())
+    for (const nn::NamedTensors& own : {child->named_parameters(false), child->named_buffers(false)})
+      for (const auto& [name, tensor] : own) {
+        const std::string key = prefix.empty() ? name : prefix + "." + name;
+        const auto it = persistent.find(key);
+        if (it != persistent.end() && !skip.count(key)) out.emplace_back(key, it->second);
+      }
   return out;
 }
 

@@ -156,6 +156,9 @@ ForeignTensor materialise(const std::string& key, const pickle::Object& t, const
 }  // namespace
 
 std::vector<ForeignTensor> read_pytorch(std::string_view bytes, const std::string& source) {
+  if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80)  // a pickle's PROTO opcode, not a zip
+    fail("{}: legacy torch.save format (PyTorch < 1.6, or _use_new_zipfile_serialization=False); re-save it with "
+         "torch.save in PyTorch >= 1.6", source);
   const ZipArchive zip(bytes, source);
   const std::string prefix = record_prefix(zip, source);
   check_version(zip, prefix, source);

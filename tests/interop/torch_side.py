@@ -13,6 +13,7 @@ Exits non-zero with a message on any mismatch, and when torch cannot be imported
 import gzip
 import json
 import os
+import pickle
 import struct
 import sys
 import zipfile
@@ -163,6 +164,14 @@ def write(out):
         torch.save(state, f"{out}/torch_mlp_{name}.pt")
         write_safetensors(f"{out}/torch_mlp_{name}.safetensors", state)
         write_safetensors(f"{out}/torch_mlp_{name}_io.safetensors", {"input": x, "output": y})
+    # Files tapegrad must refuse: a pickle that would run os.system, and the pre-1.6 (non-zip) format.
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, ("echo this must never run",))
+    with zipfile.ZipFile(f"{out}/exploit.pt", "w") as z:
+        z.writestr("exploit/data.pkl", pickle.dumps({"0.weight": Exploit()}, protocol=2))
+        z.writestr("exploit/version", "3\n")
+    torch.save(make_mlp().state_dict(), f"{out}/legacy.pt", _use_new_zipfile_serialization=False)
     # A model trained in PyTorch (a subset of Fashion-MNIST, one epoch) for tapegrad to evaluate and fine-tune.
     x_train, y_train = fashion("train", TRAIN_SUBSET)
     x_test, y_test = fashion("test", TEST_SUBSET)
