@@ -40,7 +40,6 @@
 #include "framework/autograd/grad_mode.h"
 #include "framework/detail/dispatch.h"
 #include "framework/serialize/detail/foreign.h"
-#include "framework/serialize/detail/foreign.h"
 
 static_assert(std::endian::native == std::endian::little, "checkpoint CRCs assume a little-endian host");
 
@@ -675,7 +674,6 @@ nn::LoadResult load_into(nn::Module& module, const Checkpoint& checkpoint, bool 
 }  // namespace
 
 nn::LoadResult load(nn::Module& module, const std::string& path, bool strict) {
-  if (auto result = foreign::load_if_foreign(module, path, strict)) return *result;  // a PyTorch zip or safetensors
   if (auto result = foreign::load_if_foreign(module, path, strict)) return *result;  // a PyTorch zip or safetensors
   return load_into(module, load_checkpoint(path), strict, path);
 }
