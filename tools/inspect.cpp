@@ -5,6 +5,9 @@
 
 #include "framework/serialize/checkpoint.h"
 
+// inspect_foreign.cpp: PyTorch and safetensors files (true when `path` is one and was printed).
+bool print_foreign_file(const std::string& path);
+
 namespace {
 
 using namespace tapegrad;
@@ -36,11 +39,14 @@ void print_entries(const char* section, const std::vector<CheckpointEntry>& entr
 
 int main(int argc, char** argv) {
   if (argc != 2 || std::string(argv[1]) == "--help") {
-    std::fprintf(stderr, "usage: tapegrad-inspect FILE\n  prints a tapegrad checkpoint's header, entries and metadata\n");
+    std::fprintf(stderr,
+                 "usage: tapegrad-inspect FILE\n  prints a tapegrad checkpoint's header, entries and metadata,\n"
+                 "  or the tensors of a PyTorch (.pt) or safetensors file\n");
     return argc == 2 ? 0 : 2;
   }
   const std::string path = argv[1];
   try {
+    if (print_foreign_file(path)) return 0;
     const CheckpointHeader header = read_checkpoint_header(path);
     const Checkpoint c = load_checkpoint(path);
     fmt::print("{}\n  format version {}, {} archive, payload {} bytes, crc32 {:08x}\n", path, header.format_version,

@@ -33,6 +33,8 @@ void add_options(CLI::App& app, Options& options) {
   app.add_option("--output-dir", options.output_dir, "metrics CSV, curves and checkpoint go here")->capture_default_str();
   app.add_option("--checkpoint", options.checkpoint, "checkpoint path (default: <output-dir>/<example>.ckpt)");
   app.add_option("--evaluate", options.evaluate, "load CHECKPOINT into a fresh model and evaluate; no training");
+  app.add_option("--export", options.export_path,
+                 "also write the model for PyTorch: PATH.pt or .pth (torch.save state dict), or PATH.safetensors");
   app.add_option("--max-steps", options.max_steps, "at most this many batches per epoch (smoke runs)");
   app.add_option("--subset", options.subset, "train on the first N training images only (smoke runs)");
 }
@@ -40,9 +42,21 @@ void add_options(CLI::App& app, Options& options) {
 void apply(Options& options, const std::string& name) {
   if (options.threads > 0) set_num_threads(options.threads);
   manual_seed(options.seed);
+  const std::string extension = std::filesystem::path(options.export_path).extension().string();
+  if (!options.export_path.empty() && extension != ".pt" && extension != ".pth" && extension != ".safetensors")
+    throw Error(fmt::format("--export {}: the extension must be .pt, .pth or .safetensors", options.export_path));
   std::filesystem::create_directories(options.output_dir);
   if (options.checkpoint.empty()) options.checkpoint = options.output_dir + "/" + name + ".ckpt";
 }
+
+namespace {
+// --export: the PyTorch-visible state in the format the extension names (docs/interop.md).
+void export_model(const nn::Module& model, const std::string& path) {
+  if (path.empty()) return;
+  std::filesystem::path(path).extension() == ".safetensors" ? save_safetensors(model, path) : save_pytorch(model, path);
+  fmt::print("exported {} for PyTorch\n", path);
+}
+}  // namespace
 
 data::TensorDataset take(const data::TensorDataset& dataset, std::int64_t count) {
   return count <= 0 || count >= dataset.size() ? dataset : dataset.head(count);
@@ -195,6 +209,7 @@ int run_example(int argc, char** argv, const ExampleSpec& spec) try {
       std::cerr << spec.name << ": the reloaded model's accuracy differs from the saved one\n";
       return 1;
     }
+    export_model(*model, options.export_path);
     return 0;
   }
 
@@ -240,6 +255,7 @@ int run_example(int argc, char** argv, const ExampleSpec& spec) try {
   saved.metadata["test_accuracy"] = fmt::format("{:.6f}", test_score.accuracy);
   save_checkpoint(saved, options.checkpoint);
   fmt::print("saved {} (test accuracy {:.4f})\n", options.checkpoint, test_score.accuracy);
+  export_model(*model, options.export_path);
   return 0;
 } catch (const std::exception& error) {
   std::cerr << spec.name << ": " << error.what() << "\n";

@@ -25,13 +25,15 @@ struct Options {
   std::string output_dir = "out";
   std::string checkpoint;  ///< where to save after training ("" = <output_dir>/<name>.ckpt)
   std::string evaluate;    ///< a checkpoint to load into a fresh model and evaluate instead of training
+  std::string export_path;  ///< also write the model for PyTorch: .pt/.pth (torch.save) or .safetensors
   std::int64_t max_steps = 0;  ///< stop each epoch after this many batches (0 = all); for smoke runs
   std::int64_t subset = 0;     ///< train on the first this-many images only (0 = all)
 };
 
 /// Adds the shared options to `app` (defaults taken from `options`).
 void add_options(CLI::App& app, Options& options);
-/// Applies --threads and --seed, creates the output directory, fills in the default checkpoint path.
+/// Applies --threads and --seed, creates the output directory, fills in the default checkpoint path, and checks
+/// that an --export path has a known extension (before any training).
 void apply(Options& options, const std::string& name);
 
 /// The first `count` examples of a dataset (all of it when count is 0 or larger than the dataset).
