@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tapegrad needs, only when some are missing (so repeated runs are instant).
 #   bash scripts/setup.sh [--with-torch] [--with-mpi] [--with-fuzz]
-#   --with-torch  libtorch (for the comparison benchmarks in bench/), OpenMP OpenBLAS
+#   --with-torch  libtorch, OpenMP OpenBLAS and jemalloc (for the comparison benchmarks in bench/)
 #   --with-mpi    accepted for compatibility: Open MPI (framework/distributed, its mpirun tests) is now a default
 #   --with-fuzz   clang, libFuzzer and clang's OpenMP (for -DTAPEGRAD_FUZZ=ON and fuzz/)
 set -euo pipefail
 
 packages=(build-essential cmake g++ libeigen3-dev libboost-serialization-dev libboost-iostreams-dev libfmt-dev
           catch2 librapidcheck-dev libbenchmark-dev libcli11-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
-          libopenmpi-dev openmpi-bin libzip-dev nlohmann-json3-dev
-          python3-torch)  # Note: python3-torch for the PyTorch interop tests (tests/interop), never linked
+          libopenmpi-dev openmpi-bin libzip-dev zipcmp zipmerge ziptool nlohmann-json3-dev libdnnl-dev
+          python3-torch)
+# Note: python3-torch for the PyTorch interop tests (tests/interop), never linked. zipcmp, zipmerge and ziptool:
+# libzip-dev's CMake config refers to these programs and fails without them, though the library is all we use.
 for arg in "$@"; do
   case "$arg" in
-    --with-torch) packages+=(libtorch-dev libopenblas0-openmp) ;;
+    --with-torch) packages+=(libtorch-dev libopenblas0-openmp libjemalloc2) ;;
     --with-fuzz) packages+=(clang libclang-rt-14-dev libomp-dev) ;;
     --with-mpi) ;;  # Note: Open MPI is in the default list now, so CI has mpirun for tests/distributed
     -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
