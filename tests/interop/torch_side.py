@@ -44,9 +44,28 @@ def make_cnn():
                          nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
 
 
+# docs/interop.md quotes the block between the DOC markers (tests/test_docs_interop.cpp checks it); check() and
+# write() below use it, so the page's Python runs in CI.
+# DOC-BEGIN python
+import torch
+from torch import nn
+
+
+# The same layers in the same order as tapegrad's examples::make_mlp(), so the state keys agree.
 def make_mlp(hidden=256):
     return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
                          nn.Linear(hidden, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def load_from_tapegrad(path):  # a file tapegrad::save_pytorch wrote
+    model = make_mlp()
+    model.load_state_dict(torch.load(path), strict=True)
+    return model.eval()
+
+
+def save_for_tapegrad(model, path):  # tapegrad::load_pytorch (or load) reads it
+    torch.save(model.state_dict(), path)
+# DOC-END python
 
 
 ARCHS = {"cnn": make_cnn, "mlp": make_mlp}
@@ -186,7 +205,7 @@ def write(out):
         loss.backward()
         optimizer.step()
     correct = accuracy(model, x_test, y_test)
-    torch.save(model.state_dict(), f"{out}/torch_trained_mlp.pt")
+    save_for_tapegrad(model, f"{out}/torch_trained_mlp.pt")
     with open(f"{out}/torch_trained.json", "w") as f:
         json.dump({"correct": correct, "count": TEST_SUBSET}, f)
     print(f"torch_side.py write: PyTorch-trained MLP: {correct}/{TEST_SUBSET} correct on the test subset")
@@ -235,8 +254,11 @@ def check(out):
     y_test = torch.from_numpy(np.fromfile(f"{out}/test_labels.i64", dtype=np.int64))
     for stem, ext in (("tg_trained_mlp", "pt"), ("tg_finetuned_mlp", "safetensors")):
         path = f"{out}/{stem}.{ext}"
-        model = make_mlp()
-        model.load_state_dict(torch.load(path) if ext == "pt" else read_safetensors(path), strict=True)
+        if ext == "pt":
+            model = load_from_tapegrad(path)
+        else:
+            model = make_mlp()
+            model.load_state_dict(read_safetensors(path), strict=True)
         correct = accuracy(model, x_test, y_test)
         with open(f"{out}/{stem}.correct") as f:
             tapegrad_correct = int(f.read())
