@@ -1,7 +1,9 @@
 // Tensor factories: constant fills, ranges, from host values, and random draws from a Generator.
 #include <cmath>
 #include <cstring>
+#include <new>
 
+#include "framework/checked_arithmetic.h"
 #include "framework/detail/dispatch.h"
 #include "framework/detail/tensor_impl.h"
 #include "framework/tensor.h"
@@ -35,9 +37,15 @@ Tensor empty(const Shape& shape, DType dtype) {
   check_shape(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
-  impl->numel = shape_numel(shape);
+  impl->numel = checked_numel(shape, "empty");
   impl->dtype = dtype;
-  impl->storage = std::make_shared<Storage>(static_cast<std::size_t>(impl->numel) * element_size(dtype));
+  const std::size_t bytes = checked_bytes(shape, element_size(dtype), "empty");
+  try {
+    impl->storage = std::make_shared<Storage>(bytes);
+  } catch (const std::bad_alloc&) {
+    fail("empty: cannot allocate {} bytes ({:.1f} GiB) for a {} tensor of shape {}: out of memory", bytes,
+         static_cast<double>(bytes) / (1 << 30), dtype_name(dtype), shape_string(shape));
+  }
   return Tensor(impl);
 }
 

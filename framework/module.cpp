@@ -208,9 +208,22 @@ LoadResult Module::load_state(const NamedTensors& entries, bool strict, const st
       auto it = versions.find(prefix);
       if (it == versions.end()) continue;
       const std::string label = prefix.empty() ? std::string("<root>") : prefix;
-      if (it->second > module->state_version())
+      if (it->second > module->state_version()) {
+        // Note: a file holds no module types, only state versions by prefix. A newer version is the likely
+        // story only when the entries there are the ones this module has; otherwise the file holds a different
+        // module at this prefix, and saying "newer" would send the user looking for an upgrade.
+        const std::string dotted = prefix.empty() ? "" : prefix + ".";
+        std::set<std::string> here, there;
+        for (const auto& [name, tensor] : module->state()) here.insert(dotted + name);
+        for (const auto& [name, tensor] : incoming)
+          if (name.compare(0, dotted.size(), dotted) == 0) there.insert(name);
+        if (here != there)
+          fail("load_state: the checkpoint's entries under {} ({}) do not match this model's {} there ({}): the file "
+               "holds a different module or architecture at this prefix",
+               label, fmt::join(there, ", "), module->type_name(), fmt::join(here, ", "));
         fail("load_state: {} ({}) was saved with state version {}, newer than this build's {}", label,
              module->type_name(), it->second, module->state_version());
+      }
       if (it->second < module->state_version())
         module->upgrade_state(incoming, prefix.empty() ? "" : prefix + ".", it->second);
     }

@@ -2,24 +2,23 @@
 
 #include <algorithm>
 
+#include "framework/checked_arithmetic.h"
 #include "framework/error.h"
 
 namespace tapegrad {
 
 std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto extent : shape) n *= extent;
-  return n;
-}
+std::int64_t shape_numel(const Shape& shape) { return checked_numel(shape, "shape"); }
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   std::int64_t stride = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = stride;
-    stride *= shape[i];
+    // Note: only a shape with a zero extent further in can overflow here (any other is refused by
+    // shape_numel first); its strides never address memory, so saturating is enough.
+    if (__builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
   return strides;
 }

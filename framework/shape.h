@@ -11,7 +11,7 @@ using Shape = std::vector<std::int64_t>;
 
 /// "[2, 3, 4]", the form every error message uses.
 std::string shape_string(const Shape& shape);
-/// Product of the extents (1 for a scalar shape []).
+/// Product of the extents (1 for a scalar shape []); throws when an extent is negative or the product overflows int64.
 std::int64_t shape_numel(const Shape& shape);
 /// Row-major strides, in elements.
 Shape contiguous_strides(const Shape& shape);

@@ -1,9 +1,12 @@
 #include "framework/storage.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <unordered_map>
 #include <vector>
+#include <sys/sysinfo.h>
 
 namespace tapegrad {
 
@@ -16,7 +19,24 @@ std::size_t rounded_bytes(std::size_t bytes) {
   return rounded == 0 ? kAlignment : rounded;
 }
 
+// Note: a block larger than RAM plus swap can never be backed. Refusing it here, before malloc, makes the
+// answer the same under every overcommit setting and under AddressSanitizer (whose allocator aborts on
+// absurd sizes instead of returning null); the caller turns bad_alloc into an error naming the shape.
+std::size_t backable_bytes() {
+  static const std::size_t limit = [] {
+    struct sysinfo info {};
+    if (::sysinfo(&info) != 0) return SIZE_MAX;
+    std::size_t units = 0, total = 0;
+    if (__builtin_add_overflow(info.totalram, info.totalswap, &units) ||
+        __builtin_mul_overflow(units, std::max<unsigned>(info.mem_unit, 1), &total))
+      return SIZE_MAX;
+    return total;
+  }();
+  return limit;
+}
+
 void* allocate_fresh(std::size_t rounded) {
+  if (rounded > backable_bytes()) throw std::bad_alloc();
   void* data = std::aligned_alloc(kAlignment, rounded);
   if (data == nullptr) throw std::bad_alloc();
   return data;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "framework/autograd/function.h"
+#include "framework/checked_arithmetic.h"
 #include "framework/detail/broadcast.h"
 #include "framework/detail/dispatch.h"
 #include "framework/detail/tensor_impl.h"
@@ -143,16 +144,17 @@ Tensor Tensor::reshape(const Shape& requested) const {
       inferred = static_cast<std::int64_t>(i);
     } else if (target[i] < 0) {
       fail("reshape: invalid extent {} in {}", target[i], shape_string(requested));
-    } else {
-      known *= target[i];
     }
   }
-  if (inferred >= 0) {
+  if (inferred >= 0) {  // the product of the given extents, overflow-checked (a zero among them makes it 0)
+    Shape given = target;
+    given[static_cast<std::size_t>(inferred)] = 1;
+    known = checked_numel(given, "reshape");
     if (known == 0 || numel() % known != 0)
       fail("reshape: shape {} is invalid for input of shape {}", shape_string(requested), shape_string(shape()));
     target[inferred] = numel() / known;
   }
-  if (shape_numel(target) != numel())
+  if (checked_numel(target, "reshape") != numel())
     fail("reshape: shape {} is invalid for input of shape {} ({} elements)", shape_string(requested),
          shape_string(shape()), numel());
   auto impl = std::make_shared<TensorImpl>(*impl_);

@@ -6,7 +6,7 @@
 #   --with-fuzz   clang, libFuzzer and clang's OpenMP (for -DTAPEGRAD_FUZZ=ON and fuzz/)
 set -euo pipefail
 
-packages=(build-essential cmake g++ libeigen3-dev libboost-serialization-dev libboost-iostreams-dev libfmt-dev
+packages=(build-essential cmake g++ libeigen3-dev libboost-serialization-dev libfmt-dev
           catch2 librapidcheck-dev libbenchmark-dev libcli11-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
           libopenmpi-dev openmpi-bin libzip-dev zipcmp zipmerge ziptool nlohmann-json3-dev libdnnl-dev
           python3-torch)

@@ -3,6 +3,7 @@
 #include "framework/autograd/tape.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 
 #include "framework/autograd/function.h"
@@ -29,7 +30,10 @@ struct Record {
 
 // Note: a deque, because records appended while a backward(create_graph) runs must not move the
 // record whose closure is executing; pruning (which compacts) is suspended during backward.
+std::atomic<std::uint64_t> next_tape_id{1};
+
 struct Tape {
+  std::uint64_t id = next_tape_id.fetch_add(1, std::memory_order_relaxed);  // never reused, even after a thread exits
   std::deque<Record> records;
   std::size_t prune_threshold = 4096;
   int backward_depth = 0;
@@ -82,12 +86,37 @@ void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) 
   meta.grad = accumulate(meta.grad, gradient);
 }
 
+// Refuses, before anything is touched, a backward this thread's tape cannot complete: an output recorded on
+// another thread, or a graph that reaches into another thread's records. Walking only this tape would leave
+// gradients parked in the other graph's tensors, to be added again by a later backward there.
+void check_outputs(const std::vector<Tensor>& outputs, const Tape& t) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& output = outputs[i];
+    output.check_defined("backward");
+    if (!output.requires_grad())
+      fail("backward: output {} of shape {} does not require grad (no input that requires grad reached it)", i,
+           shape_string(output.shape()));
+    const AutogradMeta& meta = *output.impl()->autograd;
+    if (meta.is_leaf) continue;
+    if (meta.tape_id != t.id)
+      fail("backward: output {} of shape {} (from '{}') was recorded on another thread; tapegrad's tape is per "
+           "thread, so call backward on the thread that ran the forward pass",
+           i, shape_string(output.shape()), meta.grad_fn);
+    if (meta.crosses_tapes)
+      fail("backward: the graph of output {} of shape {} (from '{}') uses a tensor computed with autograd on "
+           "another thread; tapegrad's tape is per thread, so record the whole graph on one thread (or pass "
+           "detach()ed tensors between threads)",
+           i, shape_string(output.shape()), meta.grad_fn);
+  }
+}
+
 void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
                   bool create_graph, Mode mode) {
   if (outputs.empty()) fail("backward: no outputs given");
   if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
     fail("backward: {} outputs but {} grad_outputs", outputs.size(), grad_outputs.size());
   Tape& t = tape();
+  check_outputs(outputs, t);
   GradModeGuard grad_mode(create_graph);
   ++t.backward_depth;
   struct DepthGuard {
@@ -95,13 +124,11 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     ~DepthGuard() { --t.backward_depth; }
   } depth_guard{t};
 
+  // Note: every seed is validated before the first is deposited, so a bad one leaves no gradient behind.
+  std::vector<Tensor> seeds(outputs.size());
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& output = outputs[i];
-    output.check_defined("backward");
-    if (!output.requires_grad())
-      fail("backward: output {} of shape {} does not require grad (no input that requires grad reached it)", i,
-           shape_string(output.shape()));
-    Tensor seed;
+    Tensor& seed = seeds[i];
     if (!grad_outputs.empty() && grad_outputs[i].defined()) {
       seed = grad_outputs[i];
       if (seed.shape() != output.shape())
@@ -114,8 +141,8 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
              shape_string(output.shape()));
       seed = ones(output.shape(), TensorOptions{}.with_dtype(output.dtype()));
     }
-    deposit(*output.impl()->autograd, seed, mode, create_graph);
   }
+  for (std::size_t i = 0; i < outputs.size(); ++i) deposit(*outputs[i].impl()->autograd, seeds[i], mode, create_graph);
 
   // Note: releasing a record drops its references to its inputs' metas, but an input produced by an
   // earlier record may still be waiting for its gradient to be consumed; keep those metas alive until
@@ -179,6 +206,12 @@ Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& input
   auto meta = std::make_shared<AutogradMeta>();
   meta->is_leaf = false;
   meta->grad_fn = op;
+  meta->tape_id = t.id;
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) {
+      const AutogradMeta& from = *input.impl()->autograd;
+      if (!from.is_leaf && (from.tape_id != t.id || from.crosses_tapes)) meta->crosses_tapes = true;
+    }
   impl->autograd = meta;
 
   Record record{op, {}, meta, std::move(backward)};

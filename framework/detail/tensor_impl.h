@@ -20,6 +20,10 @@ struct AutogradMeta {
   bool producer_released = false;    // its record ran backward without retain_graph
   bool capture = false;              // autograd::grad() wants this tensor's gradient
   Tensor captured_grad;
+  // Note: the tape is per thread. A non-leaf remembers which tape holds its record, and whether its graph
+  // reaches a non-leaf of another tape, so a backward that cannot walk the whole graph is refused up front.
+  std::uint64_t tape_id = 0;
+  bool crosses_tapes = false;
 };
 
 struct TensorImpl {

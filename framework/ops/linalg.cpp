@@ -99,7 +99,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape a2 = as, b2 = bs, out_shape;
   if (a.dim() == 1) a2 = {1, k};
   if (b.dim() == 1) b2 = {k, 1};
-  if (b2.size() == 2 && a2.size() > 2) a2 = {shape_numel(as) / k, k};
+  // Note: the rows are the product of the leading dims, not numel / k, which divides by zero when k == 0.
+  if (b2.size() == 2 && a2.size() > 2) a2 = {shape_numel(Shape(as.begin(), as.end() - 1)), k};
   if (a.dim() >= 2 && b.dim() <= 2) {
     out_shape.assign(as.begin(), as.end() - 1);
     if (b.dim() == 2) out_shape.push_back(bs[1]);
@@ -152,7 +153,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (bias.defined() && (bias.shape() != Shape{out_features} || bias.dtype() != x.dtype()))
     fail("linear: bias must be a {} tensor of shape [{}], got {} {}", dtype_name(x.dtype()), out_features,
          dtype_name(bias.dtype()), shape_string(bias.shape()));
-  const std::int64_t rows = x.numel() / in;
+  const std::int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));  // not numel / in: in may be 0
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   out_shape.push_back(out_features);
   Tensor out = empty(out_shape, x.dtype());

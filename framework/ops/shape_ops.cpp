@@ -283,10 +283,12 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t
   start = std::clamp<std::int64_t>(start, 0, size);
   end = std::clamp<std::int64_t>(end, start, size);
   Shape shape = x.shape();
-  shape[d] = (end - start + step - 1) / step;
+  // Note: written so that no huge step overflows: more than one output element means step < size, so the
+  // scaled stride stays within the tensor.
+  shape[d] = end == start ? 0 : 1 + (end - start - 1) / step;
   Shape strides = contiguous_strides(x.shape());
   const std::int64_t base = start * strides[d];
-  strides[d] *= step;
+  strides[d] = shape[d] > 1 ? strides[d] * step : 0;
   Tensor out = strided_gather(x, shape, strides, base);
   return record_if_needed("slice", out, {x}, [&] {
     return [xs = x.shape(), d, start, step](const Tensor& g, NeedsGrad) {
@@ -303,7 +305,7 @@ Tensor narrow(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_
   if (length < 0) fail("narrow: length must be non-negative, got {}", length);
   if (start < -size || start > size) fail("narrow: start {} is out of range for dim {} of size {}", start, dim, size);
   if (start < 0) start += size;
-  if (start + length > size)
+  if (length > size - start)
     fail("narrow: start ({}) + length ({}) exceeds dimension size ({})", start, length, size);
   return slice(x, d, start, start + length);
 }

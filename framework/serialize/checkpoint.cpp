@@ -4,7 +4,7 @@
 // Layout:  TAPEGRAD <format> <binary|text> f4d8i8 le <payload bytes> <payload crc32>\n<payload>
 // Note: archives are written with boost::archive::no_header. Boost's own header starts with a length-prefixed
 // signature string that its loader allocates blindly, and our first line already says what the file is.
-// Robustness: the whole file is read into memory and parsed from there. Every length read from the payload
+// Robustness: the whole file is mapped (or a stream read) into memory and parsed from there. Every length read from the payload
 // is checked against the bytes that are actually left before anything is allocated, so a corrupt length
 // field cannot ask for a huge allocation; every tensor carries a CRC-32 of its bytes (so corruption names
 // the entry), and the header carries one of the whole payload (so corruption anywhere is caught).
@@ -13,33 +13,30 @@
 #include <zlib.h>
 
 #include <bit>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iterator>
-#include <set>
+#include <locale>
 #include <sstream>
 #include <string_view>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/archive/archive_exception.hpp>
 #include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
+#include <boost/archive/codecvt_null.hpp>
 #include <boost/archive/text_iarchive.hpp>
 #include <boost/archive/text_oarchive.hpp>
-#include <boost/iostreams/device/array.hpp>
-#include <boost/iostreams/stream.hpp>
 #include <boost/serialization/binary_object.hpp>
 #include <boost/serialization/split_member.hpp>
 #include <boost/serialization/version.hpp>
+#include <boost/math/special_functions/nonfinite_num_facets.hpp>
 
 #include "framework/autograd/grad_mode.h"
+#include "framework/checked_arithmetic.h"
 #include "framework/detail/dispatch.h"
-#include "framework/serialize/detail/foreign.h"
+#include "framework/serialize/detail/checkpoint_format.h"
+#include "framework/serialize/detail/payload_sink.h"
 
 static_assert(std::endian::native == std::endian::little, "checkpoint CRCs assume a little-endian host");
 
@@ -49,18 +46,6 @@ namespace serialize_detail {
 
 constexpr std::uint64_t kMaxNameBytes = 4096;
 constexpr std::uint64_t kMaxDims = 16;
-constexpr std::uint64_t kMaxHeaderBytes = 256;
-
-std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc = 0) {
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {  // zlib takes 32-bit lengths
-    const auto chunk = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = static_cast<std::uint32_t>(::crc32(crc, p, chunk));
-    p += chunk;
-    bytes -= chunk;
-  }
-  return crc;
-}
 
 std::size_t data_bytes(const Tensor& t) { return static_cast<std::size_t>(t.numel()) * element_size(t.dtype()); }
 
@@ -76,78 +61,6 @@ std::uint32_t entry_crc(const CheckpointEntry& entry, std::uint32_t data_checksu
 }
 std::uint32_t entry_crc(const CheckpointEntry& entry) { return entry_crc(entry, data_crc(entry)); }
 
-// Note: a payload is never held in memory whole. Saving runs the archive twice over the checkpoint: first into
-// a sink that only counts bytes and checksums them (the header line, which comes first, needs both), then
-// straight into the destination. Tensor data reaches the sink as one large write, not copied in between.
-class PayloadSink : public std::streambuf {
- public:
-  explicit PayloadSink(std::FILE* file = nullptr, std::ostream* stream = nullptr, bool checksum = true)
-      : file_(file), stream_(stream), checksum_(checksum) {
-    setp(buffer_, buffer_ + sizeof(buffer_));
-  }
-  ~PayloadSink() override = default;
-  /// Flushes what is buffered; false when the destination failed.
-  bool finish() { return flush_buffer() && ok_; }
-  std::uint64_t bytes() const { return bytes_; }
-  std::uint32_t crc() const { return crc_; }
-  /// Announces that the next write of exactly (data, count) has checksum `crc`, so it is not computed again.
-  void expect(const void* data, std::size_t count, std::uint32_t crc) {
-    hint_data_ = data;
-    hint_count_ = count;
-    hint_crc_ = crc;
-  }
-
- protected:
-  int_type overflow(int_type ch) override {
-    if (!flush_buffer()) return traits_type::eof();
-    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
-      *pptr() = traits_type::to_char_type(ch);
-      pbump(1);
-    }
-    return traits_type::not_eof(ch);
-  }
-  std::streamsize xsputn(const char* data, std::streamsize count) override {
-    if (count < static_cast<std::streamsize>(sizeof(buffer_)) / 2 && epptr() - pptr() >= count) {
-      std::memcpy(pptr(), data, static_cast<std::size_t>(count));
-      pbump(static_cast<int>(count));
-      return count;
-    }
-    if (!flush_buffer()) return 0;
-    consume(data, static_cast<std::size_t>(count));
-    return ok_ ? count : 0;
-  }
-  int sync() override { return flush_buffer() ? 0 : -1; }
-
- private:
-  bool flush_buffer() {
-    const auto pending = static_cast<std::size_t>(pptr() - pbase());
-    if (pending > 0) consume(pbase(), pending);
-    setp(buffer_, buffer_ + sizeof(buffer_));
-    return ok_;
-  }
-  void consume(const char* data, std::size_t count) {
-    bytes_ += count;
-    if (checksum_ && data == hint_data_ && count == hint_count_) {
-      crc_ = static_cast<std::uint32_t>(::crc32_combine(crc_, hint_crc_, static_cast<z_off_t>(count)));
-      hint_data_ = nullptr;
-    } else if (checksum_) {
-      crc_ = crc32_of(data, count, crc_);
-    }
-    if (file_ && std::fwrite(data, 1, count, file_) != count) ok_ = false;
-    if (stream_ && !stream_->write(data, static_cast<std::streamsize>(count))) ok_ = false;
-  }
-  std::FILE* file_;
-  std::ostream* stream_;
-  bool checksum_;
-  bool ok_ = true;
-  std::uint64_t bytes_ = 0;
-  std::uint32_t crc_ = 0;
-  const void* hint_data_ = nullptr;
-  std::size_t hint_count_ = 0;
-  std::uint32_t hint_crc_ = 0;
-  char buffer_[1 << 16];
-};
-
 /// What one archive holds. The class version is the payload layout version (Boost's class versioning).
 class Payload {
  public:
@@ -158,16 +71,11 @@ class Payload {
   // Note: when the whole payload's checksum already matched, the per-entry ones cannot fail, so loading
   // skips them (one pass less over the data); they are checked when it did not, to name the damaged entry.
   bool verify_entries = true;
-  // Saving runs twice over the same checkpoint (measure, then write); the entry checksums are computed once.
-  // Per entry: the checksum of its data alone and of the whole entry.
-  mutable std::vector<std::pair<std::uint32_t, std::uint32_t>> entry_crcs;
-  PayloadSink* sink = nullptr;  // when saving into a sink that checksums (it is told the data's checksum)
-  mutable std::size_t next_crc = 0;
+  PayloadSink* sink = nullptr;  // when saving
 
   template <class Archive>
   void save(Archive& ar, unsigned /*version*/) const {
     const Checkpoint& c = *source;
-    next_crc = 0;
     save_entries(ar, c.model);
     save_entries(ar, c.optimizer);
     save_entries(ar, c.scheduler);
@@ -279,14 +187,6 @@ class Payload {
     }
   }
 
-  const std::pair<std::uint32_t, std::uint32_t>& cached_crcs(const CheckpointEntry& entry) const {
-    if (next_crc == entry_crcs.size()) {
-      const std::uint32_t data = data_crc(entry);
-      entry_crcs.emplace_back(data, entry_crc(entry, data));
-    }
-    return entry_crcs[next_crc++];
-  }
-
   template <class Archive>
   void save_entries(Archive& ar, const std::vector<CheckpointEntry>& entries) const {
     save_u64(ar, entries.size());
@@ -298,11 +198,14 @@ class Payload {
       save_u64(ar, t.shape().size());
       for (auto extent : t.shape()) save_u64(ar, static_cast<std::uint64_t>(extent));
       const std::size_t bytes = data_bytes(t);
-      const auto& [data_checksum, entry_checksum] = cached_crcs(entry);
+      std::uint32_t entry_checksum = 0;  // a measuring pass writes 0: same size, and it never reads the data
       if constexpr (is_binary<Archive>) {
-        if (sink) sink->expect(t.raw_data(), bytes, data_checksum);
+        // the checksum of the data as the sink copied it out, not of the live tensor, which may have moved on
+        if (sink->checksums()) sink->begin_data();
         if (bytes > 0) ar << boost::serialization::make_binary_object(const_cast<void*>(t.raw_data()), bytes);
+        if (sink->checksums()) entry_checksum = entry_crc(entry, sink->end_data());
       } else {
+        entry_checksum = entry_crc(entry);  // text saves always work on a snapshot (see write_checkpoint)
         detail::dispatch_all(t.dtype(), [&](auto tag) {
           using T = decltype(tag);
           const T* p = t.data<T>();
@@ -372,52 +275,30 @@ namespace tapegrad {
 using serialize_detail::Payload;
 using serialize_detail::PayloadSink;
 
-const char* entry_kind_name(EntryKind kind) {
-  switch (kind) {
-    case EntryKind::Parameter: return "parameter";
-    case EntryKind::Buffer: return "buffer";
-    case EntryKind::Optimizer: return "optimizer";
-    case EntryKind::Scheduler: return "scheduler";
-    case EntryKind::Other: break;
-  }
-  return "other";
-}
-
-// ---- Checkpoint helpers ----
-void Checkpoint::set_model(const nn::Module& module) {
-  model.clear();
-  std::set<std::string> parameter_names;
-  for (const auto& [name, p] : module.named_parameters()) parameter_names.insert(name);
-  for (const auto& [name, t] : module.state())
-    model.push_back({name, parameter_names.count(name) ? EntryKind::Parameter : EntryKind::Buffer, t});
-  model_versions = module.state_versions();
-}
-
-nn::NamedTensors Checkpoint::as_named(const std::vector<CheckpointEntry>& entries) {
-  nn::NamedTensors out;
-  for (const auto& e : entries) out.emplace_back(e.name, e.value);
-  return out;
-}
-
-nn::NamedTensors Checkpoint::model_state() const { return as_named(model); }
-
-std::vector<CheckpointEntry> Checkpoint::from_named(const nn::NamedTensors& tensors, EntryKind kind) {
-  std::vector<CheckpointEntry> out;
-  for (const auto& [name, t] : tensors) out.push_back({name, kind, t.detach()});
-  return out;
-}
-
 // ---- writing ----
 namespace {
 
-void encode_payload(Payload& payload, ArchiveKind kind, PayloadSink& sink) {
+// Note: text archives write NaN and infinity as "nan" and "inf" and read them back (Boost.Math's non-finite
+// facets). Without them a diverged model saved as text was reported saved and then could not be loaded.
+const std::locale& text_locale() {
+  static const std::locale locale(
+      std::locale(std::locale(std::locale::classic(), new boost::archive::codecvt_null<char>),
+                  new boost::math::nonfinite_num_put<char>),
+      new boost::math::nonfinite_num_get<char>);
+  return locale;
+}
+
+void encode_payload(const Checkpoint& checkpoint, ArchiveKind kind, PayloadSink& sink) {
+  Payload payload;
+  payload.source = &checkpoint;
   payload.sink = &sink;
   if (kind == ArchiveKind::Binary) {
     boost::archive::binary_oarchive ar(sink, boost::archive::no_header);
     ar << static_cast<const Payload&>(payload);
   } else {
     std::ostream out(&sink);
-    boost::archive::text_oarchive ar(out, boost::archive::no_header);
+    out.imbue(text_locale());
+    boost::archive::text_oarchive ar(out, boost::archive::no_header | boost::archive::no_codecvt);
     ar << static_cast<const Payload&>(payload);
   }
 }
@@ -427,31 +308,75 @@ std::string header_line(ArchiveKind kind, std::uint64_t payload_bytes, std::uint
                      kind == ArchiveKind::Binary ? "binary" : "text", payload_bytes, payload_crc);
 }
 
-// Measures the payload, writes the header line through `write_header`, then the payload into `destination`.
+// A copy whose tensors no other thread can change, for the saves that must read the data twice.
+Checkpoint snapshot(const Checkpoint& checkpoint) {
+  NoGradGuard no_grad;
+  Checkpoint copy = checkpoint;
+  for (auto* entries : {&copy.model, &copy.optimizer, &copy.scheduler})
+    for (CheckpointEntry& entry : *entries) entry.value = entry.value.detach().clone();
+  return copy;
+}
+
+// Measures (size and checksum), writes the header line, then the payload: for data that cannot change.
 template <class WriteHeader>
-bool write_checkpoint(const Checkpoint& checkpoint, ArchiveKind kind, WriteHeader&& write_header,
-                      PayloadSink& destination) {
-  Payload payload;
-  payload.source = &checkpoint;
-  PayloadSink measure;
-  encode_payload(payload, kind, measure);
+bool write_in_two_passes(const Checkpoint& stable, ArchiveKind kind, WriteHeader&& write_header,
+                         PayloadSink& destination) {
+  PayloadSink measure(PayloadSink::Mode::Checksum);
+  encode_payload(stable, kind, measure);
   measure.finish();
   if (!write_header(header_line(kind, measure.bytes(), measure.crc()))) return false;
-  encode_payload(payload, kind, destination);
+  encode_payload(stable, kind, destination);
   if (!destination.finish()) return false;
-  if (destination.bytes() != measure.bytes())
+  if (destination.bytes() != measure.bytes() || destination.crc() != measure.crc())
     fail("save_checkpoint: the payload came out {} bytes long, then {}", measure.bytes(), destination.bytes());
   return true;
 }
 
 }  // namespace
 
+namespace serialize_detail {
+
+void check_savable(const Checkpoint& checkpoint, const char* op) {
+  for (const auto* entries : {&checkpoint.model, &checkpoint.optimizer, &checkpoint.scheduler})
+    for (const CheckpointEntry& entry : *entries)
+      if (!entry.value.defined()) fail("{}: entry '{}' is an undefined tensor; there is nothing to save", op, entry.name);
+}
+
+bool write_checkpoint_file(const Checkpoint& checkpoint, ArchiveKind kind, std::FILE* file) {
+  const auto write_header = [&](const std::string& header) {
+    return std::fwrite(header.data(), 1, header.size(), file) == header.size();
+  };
+  if (kind == ArchiveKind::Text) {  // a text payload's size depends on the values: measure a snapshot
+    const Checkpoint stable = snapshot(checkpoint);
+    PayloadSink sink(PayloadSink::Mode::Checksum, file);
+    return write_in_two_passes(stable, kind, write_header, sink);
+  }
+  // Note: a binary payload's size depends only on names and shapes, so a measuring pass that never reads the
+  // data gives it. The data is then read once, as it is written, and the header's checksum is filled in last.
+  PayloadSink measure(PayloadSink::Mode::Count);
+  encode_payload(checkpoint, kind, measure);
+  if (!write_header(header_line(kind, measure.bytes(), 0))) return false;
+  PayloadSink sink(PayloadSink::Mode::Checksum, file);
+  encode_payload(checkpoint, kind, sink);
+  if (!sink.finish()) return false;
+  if (sink.bytes() != measure.bytes())
+    fail("save: the payload came out {} bytes long, then {} (an entry changed shape during the save)", measure.bytes(),
+         sink.bytes());
+  const std::string header = header_line(kind, sink.bytes(), sink.crc());
+  return std::fflush(file) == 0 &&
+         ::pwrite(::fileno(file), header.data(), header.size(), 0) == static_cast<ssize_t>(header.size());
+}
+
+}  // namespace serialize_detail
+
 void save_checkpoint(const Checkpoint& checkpoint, std::ostream& out, ArchiveKind kind) {
-  PayloadSink sink(nullptr, &out, /*checksum=*/false);
+  serialize_detail::check_savable(checkpoint, "save_checkpoint");
+  PayloadSink sink(PayloadSink::Mode::Checksum, nullptr, &out);
   bool written = false;
   try {
-    written = write_checkpoint(
-        checkpoint, kind,
+    // Note: a stream cannot be rewritten at its start, so its payload is measured first, on a snapshot.
+    written = write_in_two_passes(
+        snapshot(checkpoint), kind,
         [&](const std::string& header) {
           return static_cast<bool>(out.write(header.data(), static_cast<std::streamsize>(header.size())));
         },
@@ -464,47 +389,40 @@ void save_checkpoint(const Checkpoint& checkpoint, std::ostream& out, ArchiveKin
   if (!written || !out) fail("save_checkpoint: writing to the stream failed");
 }
 
-void save_checkpoint(const Checkpoint& checkpoint, const std::string& path, ArchiveKind kind) {
-  const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
-  std::FILE* file = std::fopen(temporary.c_str(), "wb");
-  if (!file) fail("save: cannot open {} for writing: {}", temporary, std::strerror(errno));
-  bool written = false;
-  try {
-    PayloadSink sink(file, nullptr, /*checksum=*/false);
-    written = write_checkpoint(
-                  checkpoint, kind,
-                  [&](const std::string& header) { return std::fwrite(header.data(), 1, header.size(), file) == header.size(); },
-                  sink) &&
-              std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
-  } catch (const Error&) {
-    std::fclose(file);
-    std::remove(temporary.c_str());
-    throw;
-  } catch (const std::exception& e) {  // the archive's own errors
-    std::fclose(file);
-    std::remove(temporary.c_str());
-    fail("save: writing {} failed: {}", temporary, e.what());
+// ---- reading ----
+namespace {
+
+// The payload's bytes as a stream buffer, without a copy.
+class MemoryBuffer : public std::streambuf {
+ public:
+  MemoryBuffer(const char* data, std::size_t size) {
+    char* begin = const_cast<char*>(data);  // only ever read: a get area needs non-const pointers
+    setg(begin, begin, begin + size);
   }
-  const int saved_errno = errno;
-  if (std::fclose(file) != 0 || !written) {
-    std::remove(temporary.c_str());
-    fail("save: writing {} failed: {}", temporary, std::strerror(saved_errno));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(temporary.c_str());
-    fail("save: cannot rename {} to {}: {}", temporary, path, std::strerror(rename_errno));
+};
+
+// What a Boost archive exception means for a tapegrad file, in words a user can act on.
+std::string archive_problem(const boost::archive::archive_exception& e) {
+  switch (e.code) {
+    case boost::archive::archive_exception::input_stream_error:
+      return "the data ends early or holds an unreadable value";
+    case boost::archive::archive_exception::unsupported_version:
+    case boost::archive::archive_exception::unsupported_class_version:
+      return "an unknown payload layout version";
+    default:
+      return "unreadable archive data";
   }
 }
 
-// ---- reading ----
-namespace {
+}  // namespace
+
+namespace serialize_detail {
 
 CheckpointHeader parse_header(std::string_view bytes, std::size_t& header_length, const std::string& source) {
   if (bytes.size() < 8 || bytes.compare(0, 8, "TAPEGRAD") != 0)
     fail("{}: not a tapegrad checkpoint (the file does not start with TAPEGRAD)", source);
   const std::size_t newline = bytes.find('\n');
-  if (newline == std::string::npos || newline > serialize_detail::kMaxHeaderBytes)
+  if (newline == std::string::npos || newline > kMaxHeaderBytes)
     fail("{}: truncated or corrupt checkpoint header", source);
   header_length = newline + 1;
   std::istringstream line(std::string(bytes.substr(8, newline - 8)));
@@ -521,9 +439,13 @@ CheckpointHeader parse_header(std::string_view bytes, std::size_t& header_length
   else if (kind == "text")
     header.kind = ArchiveKind::Text;
   else
-    fail("{}: unknown archive kind '{}'", source, kind);
-  if (header.kind == ArchiveKind::Binary && (sizes != "f4d8i8" || endian != "le"))
-    fail("{}: binary checkpoint from an incompatible architecture ({} {}); save it as text there", source, sizes, endian);
+    fail("{}: corrupt checkpoint header (unknown archive kind '{}')", source, kind);
+  // Note: float, double and int64 are 4, 8 and 8 bytes on every platform tapegrad builds on, so the only
+  // genuine other architecture a file can come from is a big-endian one; any other value is damage.
+  if (sizes != "f4d8i8" || (endian != "le" && endian != "be"))
+    fail("{}: corrupt checkpoint header (type sizes '{} {}')", source, sizes, endian);
+  if (header.kind == ArchiveKind::Binary && endian != "le")
+    fail("{}: binary checkpoint from a big-endian architecture; save it as text there", source);
   char* end = nullptr;
   const unsigned long crc = std::strtoul(crc_text.c_str(), &end, 16);
   if (crc_text.size() != 8 || end != crc_text.c_str() + 8) fail("{}: corrupt checkpoint header (checksum field)", source);
@@ -532,8 +454,7 @@ CheckpointHeader parse_header(std::string_view bytes, std::size_t& header_length
   // header (a changed letter case, extra white space) is accepted.
   const std::string canonical = fmt::format("TAPEGRAD {} {} {} {} {} {:08x}", header.format_version, kind, sizes, endian,
                                             header.payload_bytes, header.payload_crc32);
-  if (bytes.compare(0, newline, canonical) != 0) fail("{}: corrupt checkpoint header", source);
-  if (sizes != "f4d8i8" || endian != "le") fail("{}: corrupt checkpoint header (type sizes)", source);
+  if (bytes.compare(0, newline, canonical) != 0 || endian != "le") fail("{}: corrupt checkpoint header", source);
   return header;
 }
 
@@ -543,7 +464,7 @@ Checkpoint decode(std::string_view bytes, const std::string& source) {
   const std::size_t available = bytes.size() - header_length;
   const char* data = bytes.data() + header_length;
   const bool payload_intact =
-      available == header.payload_bytes && serialize_detail::crc32_of(data, available) == header.payload_crc32;
+      available == header.payload_bytes && crc32_of(data, available) == header.payload_crc32;
 
   Checkpoint checkpoint;
   Payload payload;
@@ -556,18 +477,23 @@ Checkpoint decode(std::string_view bytes, const std::string& source) {
                         available)
           : std::string();
   try {
-    boost::iostreams::stream<boost::iostreams::array_source> in(data, static_cast<std::size_t>(payload.budget));
+    MemoryBuffer buffer(data, static_cast<std::size_t>(payload.budget));
+    std::istream in(&buffer);
     if (header.kind == ArchiveKind::Binary) {
       boost::archive::binary_iarchive ar(in, boost::archive::no_header);
       ar >> payload;
     } else {
-      boost::archive::text_iarchive ar(in, boost::archive::no_header);
+      in.imbue(text_locale());
+      boost::archive::text_iarchive ar(in, boost::archive::no_header | boost::archive::no_codecvt);
       ar >> payload;
     }
   } catch (const Error& e) {
     fail("{}: corrupt checkpoint at entry '{}': {}{}", source, payload.current, e.what(), truncation);
-  } catch (const std::exception& e) {
-    fail("{}: corrupt or truncated checkpoint at entry '{}': {}{}", source, payload.current, e.what(), truncation);
+  } catch (const boost::archive::archive_exception& e) {
+    fail("{}: corrupt or truncated checkpoint at entry '{}': {}{}", source, payload.current, archive_problem(e),
+         truncation);
+  } catch (const std::bad_alloc&) {
+    fail("{}: checkpoint entry '{}' does not fit in memory", source, payload.current);
   }
   if (!truncation.empty()) fail("{}: checkpoint is incomplete{}", source, truncation);
   if (available > header.payload_bytes)
@@ -575,6 +501,10 @@ Checkpoint decode(std::string_view bytes, const std::string& source) {
   if (!payload_intact) fail("{}: checkpoint is corrupt (payload checksum mismatch)", source);
   return checkpoint;
 }
+
+}  // namespace serialize_detail
+
+namespace {
 
 // Reads the rest of the stream: in one read when it can tell its size, else through a buffer.
 std::string read_all(std::istream& in) {
@@ -593,93 +523,10 @@ std::string read_all(std::istream& in) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// Note: a file is mapped, not read: the kernel hands over its page-cache pages, with no copy into a fresh
-// (page-faulted, zeroed) buffer; MAP_POPULATE reads it in one sequential sweep.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("load: cannot open {}: {}", path, std::strerror(errno));
-    struct stat info {};
-    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-      ::close(fd);
-      fail("load: cannot open {}: not a regular file", path);
-    }
-    size_ = static_cast<std::size_t>(info.st_size);
-    if (size_ > 0) {
-      void* address = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-      if (address == MAP_FAILED) {
-        const int map_errno = errno;
-        ::close(fd);
-        fail("load: cannot map {}: {}", path, std::strerror(map_errno));
-      }
-      data_ = static_cast<const char*>(address);
-    }
-    ::close(fd);
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<char*>(data_), size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::string_view bytes() const { return {data_ ? data_ : "", size_}; }
-
- private:
-  const char* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
 }  // namespace
 
 Checkpoint load_checkpoint(std::istream& in, const std::string& source_name) {
-  return decode(read_all(in), source_name);
-}
-
-Checkpoint load_checkpoint(const std::string& path) {
-  const MappedFile file(path);
-  return decode(file.bytes(), path);
-}
-
-CheckpointHeader read_checkpoint_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("load: cannot open {}: {}", path, std::strerror(errno));
-  std::string head(serialize_detail::kMaxHeaderBytes + 1, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
-  std::size_t length = 0;
-  return parse_header(head, length, path);
-}
-
-// ---- modules ----
-void save(const nn::Module& module, const std::string& path, ArchiveKind kind) {
-  Checkpoint checkpoint;
-  checkpoint.set_model(module);
-  save_checkpoint(checkpoint, path, kind);
-}
-
-void save(const nn::Module& module, std::ostream& out, ArchiveKind kind) {
-  Checkpoint checkpoint;
-  checkpoint.set_model(module);
-  save_checkpoint(checkpoint, out, kind);
-}
-
-namespace {
-nn::LoadResult load_into(nn::Module& module, const Checkpoint& checkpoint, bool strict, const std::string& source) {
-  try {
-    return module.load_state(checkpoint.model_state(), strict, checkpoint.model_versions);
-  } catch (const Error& e) {
-    fail("{}: {}", source, e.what());
-  }
-}
-}  // namespace
-
-nn::LoadResult load(nn::Module& module, const std::string& path, bool strict) {
-  if (auto result = foreign::load_if_foreign(module, path, strict)) return *result;  // a PyTorch zip or safetensors
-  return load_into(module, load_checkpoint(path), strict, path);
-}
-
-nn::LoadResult load(nn::Module& module, std::istream& in, bool strict) {
-  return load_into(module, load_checkpoint(in), strict, "<stream>");
+  return serialize_detail::decode(read_all(in), source_name);
 }
 
 }  // namespace tapegrad

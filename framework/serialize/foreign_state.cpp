@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "framework/detail/file_io.h"
 #include "framework/serialize/detail/foreign.h"
 #include "framework/serialize/interop.h"
 
@@ -163,51 +164,15 @@ Tensor decode_strided(const char* bytes, Element element, const Shape& shape, co
 }
 
 std::string read_whole_file(const std::string& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open {}: {}", what, path, std::strerror(errno));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    fail("{}: cannot open {}: not a regular file", what, path);
-  }
-  std::string bytes(static_cast<std::size_t>(info.st_size), '\0');
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int read_errno = errno;
-      ::close(fd);
-      fail("{}: reading {} failed after {} bytes: {}", what, path, done, n == 0 ? "file shrank" : std::strerror(read_errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
+  detail::RegularFile file(path, what);  // a FIFO or device is refused without blocking
+  std::string bytes(static_cast<std::size_t>(file.size()), '\0');
+  const std::size_t done = file.read_some(bytes.data(), bytes.size());
+  if (done < bytes.size()) fail("{}: reading {} failed after {} bytes: file shrank", what, path, done);
   return bytes;
 }
 
 void write_file_atomically(const std::string& path, const char* what, const std::function<bool(std::FILE*)>& write) {
-  const std::string temporary = fmt::format("{}.tmp-{}", path, ::getpid());
-  std::FILE* file = std::fopen(temporary.c_str(), "wb");
-  if (!file) fail("{}: cannot open {} for writing: {}", what, temporary, std::strerror(errno));
-  bool written = false;
-  try {
-    written = write(file) && std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
-  } catch (...) {
-    std::fclose(file);
-    std::remove(temporary.c_str());
-    throw;
-  }
-  const int saved_errno = errno;
-  if (std::fclose(file) != 0 || !written) {
-    std::remove(temporary.c_str());
-    fail("{}: writing {} failed: {}", what, temporary, std::strerror(saved_errno));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(temporary.c_str());
-    fail("{}: cannot rename {} to {}: {}", what, temporary, path, std::strerror(rename_errno));
-  }
+  detail::replace_file(path, what, write);
 }
 
 std::optional<nn::LoadResult> load_if_foreign(nn::Module& module, const std::string& path, bool strict) {
@@ -234,11 +199,13 @@ StateFormat sniff_state_format(std::string_view bytes) {
 }
 
 StateFormat sniff_state_format_of_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return StateFormat::Unknown;
-  char head[16] = {};
-  in.read(head, sizeof head);
-  return sniff_state_format(std::string_view(head, static_cast<std::size_t>(in.gcount())));
+  try {
+    detail::RegularFile file(path, "sniff");  // opening a FIFO plainly would block
+    char head[16] = {};
+    return sniff_state_format(std::string_view(head, file.read_some(head, sizeof head)));
+  } catch (const Error&) {
+    return StateFormat::Unknown;  // the caller's own open reports what is wrong with the path
+  }
 }
 
 namespace {
