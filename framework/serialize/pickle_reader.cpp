@@ -263,11 +263,11 @@ class Machine {
     const std::string& type = id->items[1]->text;
     const std::string& key = id->items[2]->text;
     const std::int64_t numel = id->items[4]->integer;
-    foreign::Element element{};
-    bool known = false;
+    const StorageType* storage_type = nullptr;
     for (const StorageType& t : kStorageTypes)
-      if (type == t.name) element = t.element, known = true;
-    if (!known) error("persistent id names '{}', not a storage type", type);
+      if (type == t.name) storage_type = &t;
+    if (storage_type == nullptr) error("persistent id names '{}', not a storage type", type);
+    const foreign::Element element = storage_type->element;
     if (numel < 0) error("storage '{}' has a negative size {}", key, numel);
     auto [it, inserted] = storages_.emplace(key, nullptr);
     if (!inserted) {
