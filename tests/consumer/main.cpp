@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 int main() {
   using namespace tapegrad;
@@ -16,6 +17,23 @@ int main() {
     double expected = (1 + xs[i]) * std::exp(xs[i]) + 3;
     if (std::abs(grad[i] - expected) > 1e-12) {
       std::printf("consumer: wrong gradient at %d: %g != %g\n", i, grad[i], expected);
+      return 1;
+    }
+  }
+  // The PyTorch formats (libzip and nlohmann_json inside the library) link through the package too.
+  manual_seed(1);
+  nn::Linear layer(3, 2);
+  manual_seed(2);
+  nn::Linear copy(3, 2);
+  for (const bool pytorch : {true, false}) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / (pytorch ? "tapegrad-consumer.pt" : "tapegrad-consumer.safetensors"))
+            .string();
+    pytorch ? save_pytorch(layer, path) : save_safetensors(layer, path);
+    pytorch ? load_pytorch(copy, path) : load_safetensors(copy, path);
+    std::filesystem::remove(path);
+    if (copy.weight.to_vector() != layer.weight.to_vector()) {
+      std::printf("consumer: %s did not round-trip\n", path.c_str());
       return 1;
     }
   }
