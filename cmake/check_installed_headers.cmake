@@ -2,7 +2,7 @@
 # framework/detail/ is not installed, so no installed header may include a detail header; this fails
 # (naming the header) when one does, before a user's build fails on a missing file.
 file(GLOB_RECURSE headers RELATIVE "${ROOT}" "${ROOT}/framework/*.h" "${ROOT}/layers/*.h" "${ROOT}/optim/*.h")
-list(APPEND headers tapegrad.h)
+list(APPEND headers tapegrad.h testing.h)
 list(FILTER headers EXCLUDE REGEX "(^|/)detail/")
 set(bad "")
 foreach(header ${headers})
