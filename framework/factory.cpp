@@ -76,6 +76,9 @@ Tensor scalar_tensor(double value, DType dtype) { return full({}, value, TensorO
 Tensor arange(double start, double end, double step, DType dtype) {
   if (step == 0) fail("arange: step must be non-zero");
   const double count = std::ceil((end - start) / step);
+  // Note: converting a double beyond int64 is undefined behaviour, so the count is checked as a double first.
+  if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step) || count >= 0x1p63)
+    fail("arange: start {}, end {} and step {} do not give a finite count that fits 64 bits", start, end, step);
   const std::int64_t n = count > 0 ? static_cast<std::int64_t>(count) : 0;
   Tensor t = empty({n}, dtype);
   detail::dispatch_all(dtype, [&](auto tag) {

@@ -2,6 +2,7 @@
 // clear tapegrad::Error or a correct (empty or zero) result; never a crash, a wrapped count or std::bad_alloc.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 
 #include "support/properties.h"
@@ -83,4 +84,20 @@ TEST_CASE("matmul with a zero inner dim gives zeros, batched or not, and differe
 TEST_CASE("linear over a zero-row batch is an empty result") {
   nn::Linear layer(3, 2);
   CHECK(layer.forward(zeros({0, 3})).shape() == Shape{0, 2});
+}
+
+TEST_CASE("narrow and slice with extreme lengths and steps neither overflow nor read outside the tensor") {
+  Tensor t = arange(10);
+  CHECK_THROWS_WITH(narrow(t, 0, 2, INT64_MAX), Catch::Contains("exceeds dimension size"));
+  CHECK_THROWS_AS(narrow(t, 0, INT64_MAX, 1), Error);
+  CHECK(slice(t, 0, 3, INT64_MAX, INT64_MAX).to_vector() == std::vector<double>{3});
+  CHECK(slice(t, 0, INT64_MIN, INT64_MAX, 4).to_vector() == std::vector<double>{0, 4, 8});
+  CHECK(slice(t, 0, 5, 5).numel() == 0);
+}
+
+TEST_CASE("arange refuses counts beyond 64 bits and non-finite bounds instead of converting them") {
+  CHECK_THROWS_WITH(arange(0.0, 1e30), Catch::Contains("arange"));
+  CHECK_THROWS_AS(arange(0.0, INFINITY), Error);
+  CHECK_THROWS_AS(arange(NAN, 1.0), Error);
+  CHECK(arange(0.0, 3.0).numel() == 3);
 }
