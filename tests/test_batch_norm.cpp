@@ -10,11 +10,13 @@
 #include "layers/linear.h"
 #include "layers/sequential.h"
 #include "support/properties.h"
+#include "support/spread_input.h"
 #include "tapegrad.h"
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;
 using tapegrad::testing::identical;
+using tapegrad::testing::spread_input;
 
 namespace {
 
@@ -122,17 +124,6 @@ rc::Gen<Shape> gen_bn_shape(int min_spatial = 0, int max_spatial = 2) {
                             [](Shape s) { return s; });
                       }),
       [](const Shape& s) { return shape_numel(s) / s[1] >= 2; });
-}
-
-// Random values in [-1, 1] plus a ramp of 2.5 per position within the channel, so neighbouring values of a
-// channel differ by at least 0.5: finite differences stay far from the var = 0 singularity.
-Tensor spread_input(const Shape& s) {
-  Tensor x = *gen::tensor_of_shape(s, -1.0, 1.0);
-  double* p = x.data<double>();
-  const std::int64_t per_n = x.numel() / s[0], spatial = per_n / s[1];
-  for (std::int64_t n = 0; n < s[0]; ++n)
-    for (std::int64_t i = 0; i < per_n; ++i) p[n * per_n + i] += 2.5 * static_cast<double>(n * spatial + i % spatial);
-  return x;
 }
 
 struct BnCase {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "support/properties.h"
+#include "support/spread_input.h"
 #include "tapegrad.h"
 
 using namespace tapegrad;
@@ -30,18 +31,9 @@ rc::Gen<Tensor> distinct_input_of(const std::shared_ptr<Drawn>& drawn) {
   });
 }
 
-// BatchNorm inputs: random values plus a ramp of 2.5 per position within a channel, so no channel's variance
-// is near 0, where finite differences of 1/sqrt(var + eps) are meaningless.
+// BatchNorm inputs: no channel's variance is near 0 (support/spread_input.h).
 rc::Gen<Tensor> spread_input_of(const std::shared_ptr<Drawn>& drawn) {
-  return rc::gen::exec([=] {
-    const Shape& s = drawn->input;
-    Tensor x = *gen::tensor_of_shape(s, -1.0, 1.0);
-    double* p = x.data<double>();
-    const std::int64_t per_n = x.numel() / s[0], spatial = per_n / s[1];
-    for (std::int64_t n = 0; n < s[0]; ++n)
-      for (std::int64_t i = 0; i < per_n; ++i) p[n * per_n + i] += 2.5 * static_cast<double>(n * spatial + i % spatial);
-    return x;
-  });
+  return rc::gen::exec([=] { return testing::spread_input(drawn->input); });
 }
 
 std::int64_t draw(std::int64_t low, std::int64_t high) { return *rc::gen::inRange<std::int64_t>(low, high + 1); }
