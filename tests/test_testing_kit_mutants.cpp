@@ -149,6 +149,7 @@ TEST_CASE("a wrong gradient for one parameter is rejected, naming the parameter"
     CHECK_FALSE(result.ok);
     CHECK_THAT(result.message, Contains(std::string(training ? "training" : "eval") +
                                         " mode, gradient with respect to parameter 'scale' [3]"));
+    CHECK_THAT(result.message, Contains("; worst element "));
   }
   RunningMean correct(Bug::None);
   correct.to(DType::Float64);
