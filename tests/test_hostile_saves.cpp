@@ -217,3 +217,15 @@ TEST_CASE("non-finite values survive a text checkpoint (a diverged model's save 
   CHECK(values[2] == -INFINITY);
   CHECK(values[3] == 1.5);
 }
+
+TEST_CASE("a save into a stream that refuses writes says so without the archive library's wording") {
+  std::ofstream full("/dev/full", std::ios::binary);  // every write fails with ENOSPC
+  REQUIRE(full.is_open());
+  try {
+    save(nn::Linear(64, 64), full);
+    FAIL("a save into /dev/full reported success");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK_THAT(message, Catch::Contains("writing to the stream failed") && !Catch::Contains("output stream error"));
+  }
+}

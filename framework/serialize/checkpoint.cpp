@@ -342,7 +342,7 @@ void check_savable(const Checkpoint& checkpoint, const char* op) {
       if (!entry.value.defined()) fail("{}: entry '{}' is an undefined tensor; there is nothing to save", op, entry.name);
 }
 
-bool write_checkpoint_file(const Checkpoint& checkpoint, ArchiveKind kind, std::FILE* file) {
+bool write_checkpoint_file(const Checkpoint& checkpoint, ArchiveKind kind, std::FILE* file) try {
   const auto write_header = [&](const std::string& header) {
     return std::fwrite(header.data(), 1, header.size(), file) == header.size();
   };
@@ -365,6 +365,8 @@ bool write_checkpoint_file(const Checkpoint& checkpoint, ArchiveKind kind, std::
   const std::string header = header_line(kind, sink.bytes(), sink.crc());
   return std::fflush(file) == 0 &&
          ::pwrite(::fileno(file), header.data(), header.size(), 0) == static_cast<ssize_t>(header.size());
+} catch (const boost::archive::archive_exception&) {
+  return false;  // the sink's write failed (errno says why: a full disk, say); Boost's wording would not help
 }
 
 }  // namespace serialize_detail
@@ -383,6 +385,7 @@ void save_checkpoint(const Checkpoint& checkpoint, std::ostream& out, ArchiveKin
         sink);
   } catch (const Error&) {
     throw;
+  } catch (const boost::archive::archive_exception&) {  // the stream refused a write
   } catch (const std::exception& e) {
     fail("save_checkpoint: writing to the stream failed: {}", e.what());
   }
