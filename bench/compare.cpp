@@ -11,6 +11,11 @@
 //   infer_mlp_b1   the mlp in eval mode under NoGradGuard, batch 1 (ms_per_step = ms per sample)
 //   infer_mlp_b1024  the same, batch 1024
 //   matmul         1024x1024 @ 1024x1024 (also prints gflops)
+//   resnet         a ResNet-18-style stack at half width on 3x32x32: conv3x3(3,32)-BN-ReLU, then 4 stages of
+//                  2 basic blocks (conv3x3-BN-ReLU-conv3x3-BN + shortcut, ReLU) with 32, 64, 128, 256
+//                  channels, stride 2 and a 1x1 conv-BN shortcut entering stages 2-4; global average pool,
+//                  Linear(256,10); cross-entropy, SGD momentum 0.9, batch 64
+//   idle           nothing (its max_rss_mb is the process's baseline: the libraries loaded, no work)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
 //   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
 // and at the end max_rss_mb=<m> (the process's peak resident set, from getrusage).
@@ -86,6 +91,69 @@ std::shared_ptr<nn::Sequential> make_cnn() {
       std::make_shared<nn::BatchNorm2d>(64), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
       std::make_shared<nn::Flatten>(), std::make_shared<nn::Linear>(3136, 128), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(128, 10)});
+}
+
+// conv3x3-BN-ReLU-conv3x3-BN plus the shortcut (identity, or 1x1 conv-BN when the shape changes), ReLU.
+class BasicBlock : public nn::Module {
+ public:
+  BasicBlock(std::int64_t in, std::int64_t out, std::int64_t stride) : Module("BasicBlock") {
+    conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(
+                                          nn::Conv2dOptions{in, out, 3}.with_stride(stride).with_padding(1).with_bias(false)));
+    bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(out));
+    conv2_ = register_module("conv2", std::make_shared<nn::Conv2d>(nn::Conv2dOptions{out, out, 3}.with_padding(1).with_bias(false)));
+    bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(out));
+    if (stride != 1 || in != out)
+      shortcut_ = register_module("shortcut", std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+                                                  std::make_shared<nn::Conv2d>(nn::Conv2dOptions{in, out, 1}.with_stride(stride).with_bias(false)),
+                                                  std::make_shared<nn::BatchNorm2d>(out)}));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = bn2_->forward(conv2_->forward(relu(bn1_->forward(conv1_->forward(x)))));
+    return relu(add(y, shortcut_ ? shortcut_->forward(x) : x));
+  }
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv1_, conv2_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_;
+  std::shared_ptr<nn::Sequential> shortcut_;
+};
+
+class GlobalAveragePool : public nn::Module {
+ public:
+  GlobalAveragePool() : Module("GlobalAveragePool") {}
+  Tensor forward(const Tensor& x) override { return mean(x, {2, 3}); }
+};
+
+std::shared_ptr<nn::Sequential> make_resnet() {
+  auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(nn::Conv2dOptions{3, 32, 3}.with_padding(1).with_bias(false)),
+      std::make_shared<nn::BatchNorm2d>(32), std::make_shared<nn::ReLU>()});
+  std::int64_t in = 32;
+  for (std::int64_t width : {32, 64, 128, 256}) {
+    model->push_back(std::make_shared<BasicBlock>(in, width, width == 32 ? 1 : 2));
+    model->push_back(std::make_shared<BasicBlock>(width, width, 1));
+    in = width;
+  }
+  model->push_back(std::make_shared<GlobalAveragePool>());
+  model->push_back(std::make_shared<nn::Linear>(256, 10));
+  return model;
+}
+
+void run_resnet(const Settings& settings) {
+  const std::int64_t batch = 64;
+  auto model = make_resnet();
+  optim::SGDOptions options;
+  options.lr = 0.01;
+  options.momentum = 0.9;
+  optim::SGD optimizer(model->parameters(), options);
+  Tensor input = randn({batch, 3, 32, 32});
+  Tensor labels = randint(0, 10, {batch});
+  measure(settings, "resnet", batch, [&] {
+    optimizer.zero_grad();
+    Tensor loss = cross_entropy(model->forward(input), labels);
+    loss.backward();
+    optimizer.step();
+  });
 }
 
 void run_mlp(const Settings& settings) {
@@ -179,6 +247,8 @@ int main(int argc, char** argv) {
       {"infer_mlp_b1", [&] { run_infer_mlp(settings, 1); }},
       {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
       {"matmul", [&] { run_matmul(settings); }},
+      {"resnet", [&] { run_resnet(settings); }},
+      {"idle", [] {}},  // nothing: the process's own resident memory, the baseline for max_rss_mb
   };
   bool ran = false;
   for (const auto& [name, run] : workloads) {

@@ -6,6 +6,7 @@
 // otherwise, which makes its Linear layers ~20x slower. Run it with
 // LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp (bench/compare.sh does) so the comparison is
 // against OpenBLAS.
+#include <dlfcn.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -60,6 +61,13 @@ void measure(const Settings& settings, const std::string& name, double samples_p
   std::fflush(stdout);
 }
 
+// Note: tapegrad's zero_grad() sets grads to none (PyTorch 2.x's default); libtorch 1.13's zeroes them. Both
+// sides do the same work per step: grads set to none.
+void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
+  for (auto& group : optimizer.param_groups())
+    for (auto& parameter : group.params()) parameter.mutable_grad() = torch::Tensor();
+}
+
 torch::nn::Sequential make_mlp() {
   return torch::nn::Sequential(torch::nn::Linear(784, 512), torch::nn::BatchNorm1d(512), torch::nn::ReLU(),
                                torch::nn::Linear(512, 512), torch::nn::BatchNorm1d(512), torch::nn::ReLU(),
@@ -75,6 +83,60 @@ torch::nn::Sequential make_cnn() {
       torch::nn::ReLU(), torch::nn::Linear(128, 10));
 }
 
+struct BasicBlockImpl : torch::nn::Module {
+  BasicBlockImpl(std::int64_t in, std::int64_t out, std::int64_t stride) {
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(out));
+    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(out));
+    if (stride != 1 || in != out)
+      shortcut = register_module("shortcut", torch::nn::Sequential(
+                                                 torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                                                 torch::nn::BatchNorm2d(out)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = bn2->forward(conv2->forward(torch::relu(bn1->forward(conv1->forward(x)))));
+    return torch::relu(y + (shortcut ? shortcut->forward(x) : x));
+  }
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Sequential shortcut{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+struct GlobalAveragePoolImpl : torch::nn::Module {
+  torch::Tensor forward(const torch::Tensor& x) { return x.mean({2, 3}); }
+};
+TORCH_MODULE(GlobalAveragePool);
+
+torch::nn::Sequential make_resnet() {
+  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 32, 3).padding(1).bias(false)),
+                              torch::nn::BatchNorm2d(32), torch::nn::ReLU());
+  std::int64_t in = 32;
+  for (std::int64_t width : {32, 64, 128, 256}) {
+    model->push_back(BasicBlock(in, width, width == 32 ? 1 : 2));
+    model->push_back(BasicBlock(width, width, 1));
+    in = width;
+  }
+  model->push_back(GlobalAveragePool());
+  model->push_back(torch::nn::Linear(256, 10));
+  return model;
+}
+
+void run_resnet(const Settings& settings) {
+  const std::int64_t batch = 64;
+  auto model = make_resnet();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  torch::Tensor input = torch::randn({batch, 3, 32, 32});
+  torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
+  measure(settings, "resnet", batch, [&] {
+    zero_grad_to_none(optimizer);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
+    loss.backward();
+    optimizer.step();
+  });
+}
+
 void run_mlp(const Settings& settings) {
   const std::int64_t batch = 128;
   auto model = make_mlp();
@@ -82,7 +144,7 @@ void run_mlp(const Settings& settings) {
   torch::Tensor input = torch::randn({batch, 784});
   torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
   measure(settings, "mlp", batch, [&] {
-    optimizer.zero_grad();
+    zero_grad_to_none(optimizer);
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
     loss.backward();
     optimizer.step();
@@ -96,7 +158,7 @@ void run_cnn(const Settings& settings) {
   torch::Tensor input = torch::randn({batch, 1, 28, 28});
   torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
   measure(settings, "cnn", batch, [&] {
-    optimizer.zero_grad();
+    zero_grad_to_none(optimizer);
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
     loss.backward();
     optimizer.step();
@@ -118,7 +180,8 @@ void run_infer_mlp(const Settings& settings, std::int64_t batch) {
   auto model = make_mlp();
   model->eval();
   torch::Tensor input = torch::randn({batch, 784});
-  torch::NoGradGuard no_grad;
+  // Note: InferenceMode, libtorch's fastest inference setting (no version counters, no view tracking).
+  c10::InferenceMode inference_mode;
   torch::Tensor output;
   measure(settings, "infer_mlp_b" + std::to_string(batch), static_cast<double>(batch),
           [&] { output = model->forward(input); });
@@ -155,6 +218,9 @@ int main(int argc, char** argv) {
   }
   if (settings.threads < 1) return usage(argv[0]);
   torch::set_num_threads(settings.threads);
+  // Note: which kernels the BLAS under libtorch picked (OpenBLAS reports its core; absent for another BLAS).
+  if (auto corename = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_corename")))
+    std::printf("openblas_core=%s\n", corename());
   torch::manual_seed(0);
   const std::pair<const char*, std::function<void()>> workloads[] = {
       {"mlp", [&] { run_mlp(settings); }},
@@ -163,6 +229,8 @@ int main(int argc, char** argv) {
       {"infer_mlp_b1", [&] { run_infer_mlp(settings, 1); }},
       {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
       {"matmul", [&] { run_matmul(settings); }},
+      {"resnet", [&] { run_resnet(settings); }},
+      {"idle", [] {}},  // nothing: the process's own resident memory, the baseline for max_rss_mb
   };
   bool ran = false;
   for (const auto& [name, run] : workloads) {

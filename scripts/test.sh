@@ -2,15 +2,15 @@
 # The README's test command: installs what is missing, builds a preset and runs every test.
 #   bash scripts/test.sh            # release (default)
 #   bash scripts/test.sh sanitize   # ASan + UBSan
-#   (also: debug, portable; extra arguments go to ctest, e.g. -R autograd)
+#   (also: debug, native; extra arguments go to ctest, e.g. -R autograd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 preset="${1:-release}"
 shift || true
 case "$preset" in
-  release|sanitize|debug|portable) ;;
-  *) echo "test.sh: unknown preset '$preset' (expected release, sanitize, debug or portable)" >&2; exit 2 ;;
+  release|sanitize|debug|native) ;;
+  *) echo "test.sh: unknown preset '$preset' (expected release, sanitize, debug or native)" >&2; exit 2 ;;
 esac
 
 bash scripts/setup.sh
@@ -34,4 +34,9 @@ trap 'rm -f "$log"' EXIT
 status=0
 ctest --preset "$preset" -j"$jobs" "$@" 2>&1 | tee "$log" || status=$?
 echo "== test.sh [$preset]: $(grep -E 'tests passed|tests failed' "$log" | tail -n 1 || echo 'no ctest summary') =="
+if [[ "$preset" == release && $status -eq 0 ]]; then
+  # The default build must run on CPUs without AVX-512 or AVX: its checks again, under qemu.
+  echo "== test.sh: portability (qemu -cpu Haswell, Nehalem) =="
+  bash scripts/portability.sh "build/$preset" || status=$?
+fi
 exit "$status"

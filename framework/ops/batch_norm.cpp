@@ -19,6 +19,7 @@
 
 #include "framework/autograd/function.h"
 #include "framework/detail/dispatch.h"
+#include "framework/kernels/batch_norm_runs.h"
 #include "framework/ops/elementwise.h"
 #include "framework/ops/reduction.h"
 
@@ -110,12 +111,7 @@ void moments_channel(const T* x, const Layout& l, std::int64_t c, double& mean, 
   for (std::int64_t n = 0; n < l.n; ++n) {
     const T* p = x + (n * l.c + c) * l.s;
     if (n + 1 < l.n) prefetch_run(p + l.c * l.s, l.s);
-#pragma omp simd reduction(+ : sum, squares)
-    for (std::int64_t s = 0; s < l.s; ++s) {
-      const double d = static_cast<double>(p[s]) - shift;
-      sum += d;
-      squares += d * d;
-    }
+    kernels::shifted_moments(p, l.s, shift, sum, squares);
   }
   const double count = static_cast<double>(l.per_channel());
   mean = shift + sum / count;
@@ -125,23 +121,12 @@ void moments_channel(const T* x, const Layout& l, std::int64_t c, double& mean, 
 template <class T>
 void moments_block(const T* x, const Layout& l, std::int64_t c0, std::int64_t width, double* mean, double* var_sum) {
   double acc[kBlock] = {};
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const T* row = x + n * l.c + c0;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
-  }
+  for (std::int64_t n = 0; n < l.n; ++n) kernels::accumulate_row(x + n * l.c + c0, width, acc);
   for (std::int64_t j = 0; j < width; ++j) {
     mean[j] = acc[j] / static_cast<double>(l.n);
     acc[j] = 0;
   }
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const T* row = x + n * l.c + c0;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j) {
-      const double d = static_cast<double>(row[j]) - mean[j];
-      acc[j] += d * d;
-    }
-  }
+  for (std::int64_t n = 0; n < l.n; ++n) kernels::accumulate_squared_deviation_row(x + n * l.c + c0, width, mean, acc);
   for (std::int64_t j = 0; j < width; ++j) var_sum[j] = acc[j];
 }
 
@@ -156,20 +141,15 @@ void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T sc
       prefetch_run(p + l.c * l.s, l.s);
       prefetch_run_for_write(q + l.c * l.s, l.s);
     }
-#pragma omp simd
-    for (std::int64_t s = 0; s < l.s; ++s) q[s] = (p[s] - shift) * scale + offset;
+    kernels::affine(p, q, l.s, shift, scale, offset);
   }
 }
 
 template <class T>
 void affine_block(const T* src, const Layout& l, std::int64_t c0, std::int64_t width, const T* shift, const T* scale,
                   const T* offset, T* dst) {
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const T* p = src + n * l.c + c0;
-    T* q = dst + n * l.c + c0;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j) q[j] = (p[j] - shift[j]) * scale[j] + offset[j];
-  }
+  for (std::int64_t n = 0; n < l.n; ++n)
+    kernels::affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
 }
 
 // sum_g = sum(g), sum_gxc = sum(g * (x - mean)) over channel c.
@@ -185,12 +165,7 @@ void grad_sums_channel(const T* g, const T* x, const Layout& l, std::int64_t c, 
       prefetch_run(pg + l.c * l.s, l.s);
       prefetch_run(px + l.c * l.s, l.s);
     }
-#pragma omp simd reduction(+ : a, b)
-    for (std::int64_t s = 0; s < l.s; ++s) {
-      const double gv = static_cast<double>(pg[s]);
-      a += gv;
-      b += gv * (static_cast<double>(px[s]) - mean);
-    }
+    kernels::grad_sums(pg, px, l.s, mean, a, b);
   }
   sum_g = a;
   sum_gxc = b;
@@ -200,16 +175,7 @@ template <class T>
 void grad_sums_block(const T* g, const T* x, const Layout& l, std::int64_t c0, std::int64_t width, const double* mean,
                      double* sum_g, double* sum_gxc) {
   double a[kBlock] = {}, b[kBlock] = {};
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const T* pg = g + n * l.c + c0;
-    const T* px = x + n * l.c + c0;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j) {
-      const double gv = static_cast<double>(pg[j]);
-      a[j] += gv;
-      b[j] += gv * (static_cast<double>(px[j]) - mean[j]);
-    }
-  }
+  for (std::int64_t n = 0; n < l.n; ++n) kernels::grad_sums_row(g + n * l.c + c0, x + n * l.c + c0, width, mean, a, b);
   for (std::int64_t j = 0; j < width; ++j) {
     sum_g[j] = a[j];
     sum_gxc[j] = b[j];
@@ -229,8 +195,7 @@ void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c,
       prefetch_run(px + l.c * l.s, l.s);
       prefetch_run_for_write(q + l.c * l.s, l.s);
     }
-#pragma omp simd
-    for (std::int64_t s = 0; s < l.s; ++s) q[s] = a * pg[s] + b * (px[s] - mean) + d;
+    kernels::grad_input(pg, px, q, l.s, mean, a, b, d);
   }
 }
 
@@ -239,9 +204,7 @@ void grad_input_block(const T* g, const T* x, const Layout& l, std::int64_t c0, 
                       const T* a, const T* b, const T* d, T* dx) {
   for (std::int64_t n = 0; n < l.n; ++n) {
     const std::int64_t base = n * l.c + c0;
-#pragma omp simd
-    for (std::int64_t j = 0; j < width; ++j)
-      dx[base + j] = a[j] * g[base + j] + b[j] * (x[base + j] - mean[j]) + d[j];
+    kernels::grad_input_row(g + base, x + base, dx + base, width, mean, a, b, d);
   }
 }
 
@@ -294,9 +257,7 @@ void affine_sweep(const T* src, const Layout& l, const std::vector<T>& shift, co
   sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t at) {
     const T* p = src + at;
     T* q = dst + at;
-    const T m = shift[c], k = scale[c], b = offset[c];
-#pragma omp simd
-    for (std::int64_t s = 0; s < l.s; ++s) q[s] = (p[s] - m) * k + b;
+    kernels::affine(p, q, l.s, shift[c], scale[c], offset[c]);
   });
 }
 
@@ -334,17 +295,7 @@ void train_forward_sweep(const T* px, const Layout& l, const Doubles& weight, co
   Partials partials;
   sweep(l, [&](int t, int count) { partials.prepare(t, count, l.c); },
         [&](int t, std::int64_t c, std::int64_t offset) {
-          const T* p = px + offset;
-          const double x0 = shift[c];
-          double sum = 0, squares = 0;
-#pragma omp simd reduction(+ : sum, squares)
-          for (std::int64_t s = 0; s < l.s; ++s) {
-            const double d = static_cast<double>(p[s]) - x0;
-            sum += d;
-            squares += d * d;
-          }
-          partials.first[t][c] += sum;
-          partials.second[t][c] += squares;
+          kernels::shifted_moments(px + offset, l.s, shift[c], partials.first[t][c], partials.second[t][c]);
         });
   const double count = static_cast<double>(l.per_channel());
   std::vector<T> t_shift(static_cast<std::size_t>(l.c)), t_scale(t_shift.size()), t_offset(t_shift.size());
@@ -366,18 +317,7 @@ void grad_sums_sweep(const T* pg, const T* px, const Layout& l, const Doubles& m
   Partials partials;
   sweep(l, [&](int t, int count) { partials.prepare(t, count, l.c); },
         [&](int t, std::int64_t c, std::int64_t offset) {
-          const T* g = pg + offset;
-          const T* x = px + offset;
-          const double m = mean[c];
-          double a = 0, b = 0;
-#pragma omp simd reduction(+ : a, b)
-          for (std::int64_t s = 0; s < l.s; ++s) {
-            const double gv = static_cast<double>(g[s]);
-            a += gv;
-            b += gv * (static_cast<double>(x[s]) - m);
-          }
-          partials.first[t][c] += a;
-          partials.second[t][c] += b;
+          kernels::grad_sums(pg + offset, px + offset, l.s, mean[c], partials.first[t][c], partials.second[t][c]);
         });
   for (std::int64_t c = 0; c < l.c; ++c) {
     sum_g[c] = partials.total_first(c);
@@ -472,12 +412,7 @@ void train_backward(const Tensor& g, const Tensor& x, const Layout& l, const Dou
       d[c] = static_cast<T>(k.d);
     }
     sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t offset) {
-      const T* g = pg + offset;
-      const T* x = px + offset;
-      T* q = pdx + offset;
-      const T mc = m[c], ac = a[c], bc = b[c], dc = d[c];
-#pragma omp simd
-      for (std::int64_t i = 0; i < l.s; ++i) q[i] = ac * g[i] + bc * (x[i] - mc) + dc;
+      kernels::grad_input(pg + offset, px + offset, pdx + offset, l.s, m[c], a[c], b[c], d[c]);
     });
     return;
   }

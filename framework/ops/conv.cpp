@@ -1,4 +1,4 @@
-// Convolution: im2col + one Eigen GEMM per sample and group, parallel over the batch; the gradient ops
+// Convolution: im2col + one GEMM (framework/kernels) per sample and group, parallel over the batch; the gradient ops
 // reuse the same column layout (GEMM + col2im for the input, GEMM against the columns for the weight).
 #include "framework/ops/conv.h"
 
@@ -15,6 +15,7 @@
 
 #include "framework/autograd/function.h"
 #include "framework/detail/dispatch.h"
+#include "framework/kernels/gemm.h"
 #include "framework/ops/reduction.h"
 #include "framework/storage.h"
 
@@ -198,19 +199,12 @@ void col2im(const T* col, T* x, const Geometry& g) {
       [](std::int64_t) {});
 }
 
-template <class T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MatrixMap = Eigen::Map<RowMatrix<T>>;
-template <class T>
-using ConstMatrixMap = Eigen::Map<const RowMatrix<T>>;
-
 // Runs fn(sample, scratch, thread) for every sample, over OpenMP threads when the batch and the work are
 // big enough, each thread with its own scratch buffer of `scratch_size` elements.
 // Note: the scratch is a Storage, not a std::vector: uninitialised (im2col writes every element) and
 // reused from the block cache, where a vector zero-filled a fresh mmap'd block on every call.
-// Note: inside the parallel region Eigen sees omp_get_num_threads() > 1 and runs its GEMMs single-threaded,
-// so there is no nested parallelism; a batch of one instead lets Eigen parallelise the GEMM itself.
+// Note: inside the parallel region the GEMM runs single-threaded (OpenMP does not nest), so there is no
+// nested parallelism; a batch of one instead lets the GEMM parallelise itself.
 template <class T, class F>
 void for_each_sample(const Geometry& g, std::int64_t scratch_size, int threads, F fn) {
   if (threads > 1) {
@@ -241,9 +235,11 @@ void forward_kernel(const T* x, const T* w, const T* b, T* out, const Geometry& 
     for (std::int64_t group = 0; group < g.p.groups; ++group) {
       const T* xs = x + (n * g.c + group * g.cg()) * plane;
       if (!pointwise) im2col(xs, col, g);
-      MatrixMap<T> result(out + (n * g.o + group * og) * l, og, l);
-      result.noalias() = ConstMatrixMap<T>(w + group * og * ck, og, ck) * ConstMatrixMap<T>(pointwise ? xs : col, ck, l);
-      if (b) result.colwise() += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(b + group * og, og);
+      T* result = out + (n * g.o + group * og) * l;
+      if (b)  // the bias first, then the GEMM accumulates onto it (beta = 1)
+        for (std::int64_t row = 0; row < og; ++row) std::fill(result + row * l, result + (row + 1) * l, b[group * og + row]);
+      kernels::gemm(false, false, og, l, ck, T(1), w + group * og * ck, ck, pointwise ? xs : col, l, b ? T(1) : T(0),
+                    result, l);
     }
   });
 }
@@ -280,8 +276,8 @@ void input_grad_kernel(const T* gout, const T* w, T* dx, const Geometry& g) {
     if (!pointwise) std::fill(dxs, dxs + g.c * plane, T(0));
     for (std::int64_t group = 0; group < g.p.groups; ++group) {
       T* target = pointwise ? dxs + group * g.cg() * plane : col;
-      MatrixMap<T>(target, ck, l).noalias() = ConstMatrixMap<T>(w + group * og * ck, og, ck).transpose() *
-                                              ConstMatrixMap<T>(gout + (n * g.o + group * og) * l, og, l);
+      kernels::gemm(true, false, ck, l, og, T(1), w + group * og * ck, ck, gout + (n * g.o + group * og) * l, l, T(0),
+                    target, l);
       if (!pointwise) col2im(col, dxs + group * g.cg() * plane, g);
     }
   });
@@ -301,9 +297,8 @@ void weight_grad_kernel(const T* x, const T* gout, T* dw, const Geometry& g) {
     for (std::int64_t group = 0; group < g.p.groups; ++group) {
       const T* xs = x + (n * g.c + group * g.cg()) * plane;
       if (!pointwise) im2col(xs, col, g);
-      MatrixMap<T>(partial.data() + group * og * ck, og, ck).noalias() +=
-          ConstMatrixMap<T>(gout + (n * g.o + group * og) * l, og, l) *
-          ConstMatrixMap<T>(pointwise ? xs : col, ck, l).transpose();
+      kernels::gemm(false, true, og, ck, l, T(1), gout + (n * g.o + group * og) * l, l, pointwise ? xs : col, l, T(1),
+                    partial.data() + group * og * ck, ck);
     }
   });
   std::fill(dw, dw + g.o * ck, T(0));

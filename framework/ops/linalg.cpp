@@ -1,5 +1,5 @@
-// matmul and linear. Both forward kernels are Eigen GEMMs over the contiguous row-major storage; both
-// backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
+// matmul and linear. Both forward kernels are GEMMs (framework/kernels/gemm.h) over the contiguous row-major
+// storage; both backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
 #include "framework/ops/linalg.h"
 
 #include <Eigen/Core>
@@ -9,6 +9,7 @@
 #include "framework/autograd/function.h"
 #include "framework/detail/broadcast.h"
 #include "framework/detail/dispatch.h"
+#include "framework/kernels/gemm.h"
 #include "framework/ops/reduction.h"
 #include "framework/ops/shape_ops.h"
 
@@ -20,8 +21,6 @@ template <class T>
 using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
 using ConstMap = Eigen::Map<const Matrix<T>>;
-template <class T>
-using MutableMap = Eigen::Map<Matrix<T>>;
 
 // A handle on the same values with another shape that records nothing (for kernels and closures).
 Tensor raw_view(const Tensor& t, const Shape& shape) { return t.detach().reshape(shape); }
@@ -52,19 +51,8 @@ Tensor batched_product(const Tensor& a, bool transpose_a, const Tensor& b, bool 
     std::vector<std::int64_t> index(batch.size(), 0);
     std::int64_t offset_a = 0, offset_b = 0;
     for (std::int64_t i = 0; i < batches; ++i) {
-      ConstMap<T> A(pa + offset_a * a_rows * a_cols, a_rows, a_cols);
-      ConstMap<T> B(pb + offset_b * b_rows * b_cols, b_rows, b_cols);
-      MutableMap<T> C(po + i * n * m, n, m);
-      if (k == 0)
-        C.setZero();
-      else if (!transpose_a && !transpose_b)
-        C.noalias() = A * B;
-      else if (!transpose_a)
-        C.noalias() = A * B.transpose();
-      else if (!transpose_b)
-        C.noalias() = A.transpose() * B;
-      else
-        C.noalias() = A.transpose() * B.transpose();
+      kernels::gemm(transpose_a, transpose_b, n, m, k, T(1), pa + offset_a * a_rows * a_cols, a_cols,
+                    pb + offset_b * b_rows * b_cols, b_cols, T(0), po + i * n * m, m);
       for (std::size_t d = batch.size(); d-- > 0;) {
         offset_a += sa[d];
         offset_b += sb[d];
@@ -159,19 +147,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out = empty(out_shape, x.dtype());
   detail::dispatch_floating(x.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
-    ConstMap<T> X(x.data<T>(), rows, in), W(weight.data<T>(), out_features, in);
-    MutableMap<T> Y(out.data<T>(), rows, out_features);
-    // Note: the bias is written first and the GEMM accumulates onto it, so y is produced in one pass. One
-    // row copy per row: Eigen's replicate() compiled to a scalar loop with an integer division per element
-    // (5.7% of mlp training).
+    // Note: the bias is written first and the GEMM accumulates onto it (beta = 1), so y is produced in one
+    // pass; one row copy per row.
+    T* y = out.data<T>();
     if (bias.defined()) {
       const T* b = bias.data<T>();
-      T* y = out.data<T>();
       for (std::int64_t r = 0; r < rows; ++r) std::copy(b, b + out_features, y + r * out_features);
-    } else {
-      Y.setZero();
     }
-    if (in > 0) Y.noalias() += X * W.transpose();
+    kernels::gemm(false, true, rows, out_features, in, T(1), x.data<T>(), in, weight.data<T>(), in,
+                  bias.defined() ? T(1) : T(0), y, out_features);
   });
   return record_if_needed("linear", out, {x, weight, bias}, [&] {
     return [sx = SavedTensor(x, "linear"), sw = SavedTensor(weight, "linear"), rows, in, out_features](
@@ -182,14 +166,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         detail::dispatch_floating(g.dtype(), "linear", [&](auto tag) {
           using T = decltype(tag);
           ConstMap<T> G(g.data<T>(), rows, out_features);
-          if (needs[0]) {
+          if (needs[0]) {  // dx = g W
             grads[0] = empty(input.shape(), g.dtype());
-            MutableMap<T>(grads[0].data<T>(), rows, in).noalias() = G * ConstMap<T>(w.data<T>(), out_features, in);
+            kernels::gemm(false, false, rows, in, out_features, T(1), g.data<T>(), out_features, w.data<T>(), in,
+                          T(0), grads[0].data<T>(), in);
           }
-          if (needs[1]) {
+          if (needs[1]) {  // dW = g^T x
             grads[1] = empty(w.shape(), g.dtype());
-            MutableMap<T>(grads[1].data<T>(), out_features, in).noalias() =
-                G.transpose() * ConstMap<T>(input.data<T>(), rows, in);
+            kernels::gemm(true, false, out_features, in, rows, T(1), g.data<T>(), out_features, input.data<T>(),
+                          in, T(0), grads[1].data<T>(), in);
           }
           if (needs[2]) {
             grads[2] = empty({out_features}, g.dtype());

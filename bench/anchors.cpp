@@ -1,0 +1,158 @@
+// The physical and library anchors that bench/compare.sh prints beside its ratios, so that a ratio is also a
+// fraction of what the machine can do:
+//   - the FMA peak per core: independent fused multiply-adds in registers, the widest vectors the CPU has
+//     (AVX-512, else AVX2+FMA), measured on 1..N threads;
+//   - raw 1024^3 float32 GEMM of oneDNN (dnnl_sgemm, what tapegrad's kernels call) and of OpenBLAS
+//     (cblas_sgemm from Debian's openblas-openmp, loaded at run time; the library libtorch uses here);
+//   - float64 GEMM of OpenBLAS (cblas_dgemm) and of tapegrad (Eigen), for the float64 matmul row.
+//   anchors [--threads N] [--seconds S] [--smoke]
+// Prints `anchor=<name> threads=<n> gflops=<g>` lines (and `openblas_core=<name>`).
+// Note: run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (compare.sh does), or OpenBLAS's anchor is
+// its pinned old kernel, not its best.
+#include <dlfcn.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tapegrad.h"
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Repeats `run` (which does `flops` floating-point operations) for `seconds` after one warm-up; GFLOP/s.
+double rate(double seconds, double flops, const std::function<void()>& run) {
+  run();
+  const double start = now();
+  long count = 0;
+  do {
+    run();
+    ++count;
+  } while (now() - start < seconds);
+  return flops * static_cast<double>(count) / (now() - start) * 1e-9;
+}
+
+// 12 independent accumulator chains: enough to cover an FMA latency of 4 cycles on two pipes (8 in flight)
+// with margin. Flops per call: iterations * chains * lanes * 2.
+constexpr int kChains = 12;
+constexpr long kIterations = 1 << 20;
+
+__attribute__((target("avx512f"))) float fma_probe_avx512() {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c) * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < kIterations; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  __m512 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
+  // Note: stored and summed by hand; GCC 12 warns falsely inside _mm512_reduce_add_ps's header code.
+  float lanes[16];
+  _mm512_storeu_ps(lanes, total);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_probe_avx2() {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c) * 1e-3f);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (long i = 0; i < kIterations; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+  float lanes[8];
+  __m256 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm256_add_ps(total, acc[c]);
+  _mm256_storeu_ps(lanes, total);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
+volatile float sink;
+
+// The peak of `threads` cores together, each running the probe.
+double fma_peak(int threads, double seconds, bool avx512) {
+  const double lanes = avx512 ? 16 : 8;
+  const double flops = static_cast<double>(kIterations) * kChains * lanes * 2 * threads;
+  return rate(seconds, flops, [&] {
+#pragma omp parallel num_threads(threads)
+    sink = avx512 ? fma_probe_avx512() : fma_probe_avx2();
+  });
+}
+
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                            int);
+using CblasDgemm = void (*)(int, int, int, int, int, int, double, const double*, int, const double*, int, double,
+                            double*, int);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1;
+  double seconds = 2.0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      seconds = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--smoke") == 0) {
+      seconds = 0.01;
+    } else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--seconds S] [--smoke]\n", argv[0]);
+      return 2;
+    }
+  }
+  omp_set_num_threads(threads);
+  tapegrad::set_num_threads(threads);
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 || __builtin_cpu_supports("fma"))
+    std::printf("anchor=fma_peak_%s threads=%d gflops=%.6g\n", avx512 ? "avx512" : "avx2", threads,
+                fma_peak(threads, seconds, avx512));
+
+  const int n = 1024;
+  const double flops = 2.0 * n * n * n;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  std::printf("anchor=onednn_sgemm threads=%d gflops=%.6g\n", threads, rate(seconds, flops, [&] {
+                dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+              }));
+
+  // Note: loaded at run time so that the library itself never depends on OpenBLAS.
+  void* openblas = dlopen("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (openblas == nullptr) {
+    std::printf("openblas_core=absent (apt-get install libopenblas0-openmp)\n");
+  } else {
+    auto corename = reinterpret_cast<char* (*)()>(dlsym(openblas, "openblas_get_corename"));
+    auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(openblas, "openblas_set_num_threads"));
+    auto sgemm = reinterpret_cast<CblasSgemm>(dlsym(openblas, "cblas_sgemm"));
+    auto dgemm = reinterpret_cast<CblasDgemm>(dlsym(openblas, "cblas_dgemm"));
+    if (set_threads) set_threads(threads);
+    std::printf("openblas_core=%s\n", corename ? corename() : "unknown");
+    constexpr int kRowMajor = 101, kNoTrans = 111;
+    if (sgemm)
+      std::printf("anchor=openblas_sgemm threads=%d gflops=%.6g\n", threads, rate(seconds, flops, [&] {
+                    sgemm(kRowMajor, kNoTrans, kNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+                  }));
+    std::vector<double> ad(n * n, 0.5), bd(n * n, 0.25), cd(n * n);
+    if (dgemm)
+      std::printf("anchor=openblas_dgemm threads=%d gflops=%.6g\n", threads, rate(seconds, flops, [&] {
+                    dgemm(kRowMajor, kNoTrans, kNoTrans, n, n, n, 1.0, ad.data(), n, bd.data(), n, 0.0, cd.data(), n);
+                  }));
+  }
+  // tapegrad's float64 matmul (Eigen), through the public op
+  const tapegrad::Tensor x = tapegrad::ones({n, n}, tapegrad::TensorOptions{}.with_dtype(tapegrad::DType::Float64));
+  tapegrad::Tensor y;
+  std::printf("anchor=tapegrad_matmul_f64 threads=%d gflops=%.6g\n", threads,
+              rate(seconds, flops, [&] { y = tapegrad::matmul(x, x); }));
+  return 0;
+}

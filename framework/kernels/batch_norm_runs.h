@@ -1,0 +1,51 @@
+#pragma once
+// Internal (not installed): BatchNorm's innermost loops, over one run of a channel (S contiguous values of
+// one sample) or over one row of a block of channels ([N, C] inputs). framework/ops/batch_norm.cpp decides
+// the visiting order and threads; these compute, dispatched to AVX2 / AVX-512 at run time
+// (framework/kernels/dispatch.h). Sums are in double, whatever T.
+#include <cstdint>
+
+namespace tapegrad::kernels {
+
+/// sum += sum(p[i] - x0), squares += sum((p[i] - x0)^2) over i < n.
+void shifted_moments(const float* p, std::int64_t n, double x0, double& sum, double& squares);
+void shifted_moments(const double* p, std::int64_t n, double x0, double& sum, double& squares);
+
+/// q[i] = (p[i] - shift) * scale + offset.
+void affine(const float* p, float* q, std::int64_t n, float shift, float scale, float offset);
+void affine(const double* p, double* q, std::int64_t n, double shift, double scale, double offset);
+
+/// sum_g += sum(g[i]), sum_gxc += sum(g[i] * (x[i] - mean)).
+void grad_sums(const float* g, const float* x, std::int64_t n, double mean, double& sum_g, double& sum_gxc);
+void grad_sums(const double* g, const double* x, std::int64_t n, double mean, double& sum_g, double& sum_gxc);
+
+/// dx[i] = a * g[i] + b * (x[i] - mean) + d.
+void grad_input(const float* g, const float* x, float* dx, std::int64_t n, float mean, float a, float b, float d);
+void grad_input(const double* g, const double* x, double* dx, std::int64_t n, double mean, double a, double b,
+                double d);
+
+// Row versions for a block of `width` channels, one coefficient per lane.
+
+/// acc[j] += row[j].
+void accumulate_row(const float* row, std::int64_t width, double* acc);
+void accumulate_row(const double* row, std::int64_t width, double* acc);
+/// acc[j] += (row[j] - mean[j])^2.
+void accumulate_squared_deviation_row(const float* row, std::int64_t width, const double* mean, double* acc);
+void accumulate_squared_deviation_row(const double* row, std::int64_t width, const double* mean, double* acc);
+/// q[j] = (p[j] - shift[j]) * scale[j] + offset[j].
+void affine_row(const float* p, float* q, std::int64_t width, const float* shift, const float* scale,
+                const float* offset);
+void affine_row(const double* p, double* q, std::int64_t width, const double* shift, const double* scale,
+                const double* offset);
+/// sum_g[j] += g[j], sum_gxc[j] += g[j] * (x[j] - mean[j]).
+void grad_sums_row(const float* g, const float* x, std::int64_t width, const double* mean, double* sum_g,
+                   double* sum_gxc);
+void grad_sums_row(const double* g, const double* x, std::int64_t width, const double* mean, double* sum_g,
+                   double* sum_gxc);
+/// dx[j] = a[j] * g[j] + b[j] * (x[j] - mean[j]) + d[j].
+void grad_input_row(const float* g, const float* x, float* dx, std::int64_t width, const float* mean, const float* a,
+                    const float* b, const float* d);
+void grad_input_row(const double* g, const double* x, double* dx, std::int64_t width, const double* mean,
+                    const double* a, const double* b, const double* d);
+
+}  // namespace tapegrad::kernels

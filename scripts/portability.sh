@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Proves that the default build runs on CPUs without AVX-512 (and without AVX at all): runs its kernel tests
+# and a training step of the CNN and the MLP under qemu-user emulating a Haswell (AVX2, no AVX-512) and a
+# Nehalem (SSE4.2, no AVX). qemu traps every instruction the emulated CPU lacks with SIGILL, and oneDNN and
+# tapegrad's dispatched kernels read the emulated CPUID, so they must pick their AVX2 and SSE4.1 code there.
+#   bash scripts/portability.sh [BUILD_DIR]     (default build/release, already built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/release}
+command -v qemu-x86_64 >/dev/null || { echo "portability.sh: qemu-x86_64 missing (apt-get install qemu-user)" >&2; exit 1; }
+grep -q '^TAPEGRAD_NATIVE:BOOL=OFF' "$build/CMakeCache.txt" ||
+  { echo "portability.sh: $build is not the default (portable) build" >&2; exit 1; }
+
+# The control: qemu must trap AVX-512 under -cpu Haswell, or the runs below prove nothing.
+control=$(mktemp -d)
+trap 'rm -rf "$control"' EXIT
+printf 'int main(void) {\n  __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0");\n  return 0;\n}\n' > "$control/avx512.c"
+gcc "$control/avx512.c" -o "$control/avx512"
+if qemu-x86_64 -cpu Haswell "$control/avx512" 2>/dev/null; then
+  echo "portability.sh: qemu -cpu Haswell ran an AVX-512 instruction: the check would prove nothing" >&2
+  exit 1
+fi
+echo "control: an AVX-512 instruction under qemu -cpu Haswell is trapped (SIGILL), as it must be"
+
+# Note: qemu warns about CPUID bits its TCG cannot emulate (pcid, x2apic...); those lines are dropped.
+emulate() {
+  local cpu=$1
+  shift
+  qemu-x86_64 -cpu "$cpu" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+}
+
+for cpu in Haswell Nehalem; do
+  echo "== $cpu =="
+  for test in test_kernels_gemm test_batch_norm_paths test_conv test_loss_numerics; do
+    # Note: grep reads all of the output (no early close, so no SIGPIPE), and fails when no summary is there.
+    RC_PARAMS=max_success=10 emulate "$cpu" "$build/tests/$test" | grep -E "^(All tests passed|test cases:)" |
+      sed "s/^/$test: /"
+  done
+  for workload in cnn mlp; do
+    emulate "$cpu" "$build/bench/compare" --smoke --workload "$workload" | grep '^workload='
+  done
+done
+echo "portability.sh: the default build ran its checks on Haswell and Nehalem"
