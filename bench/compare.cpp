@@ -18,6 +18,8 @@
 //   idle           nothing (its max_rss_mb is the process's baseline: the libraries loaded, no work)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
 //   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
+//     minor_faults_per_step=<f>
+//   minor_faults_per_step=<f>
 // and at the end max_rss_mb=<m> (the process's peak resident set, from getrusage).
 // --smoke runs two steps of each workload (what CI's bench_smoke does): it checks that they run, not speed.
 #include <sys/resource.h>
@@ -57,6 +59,13 @@ void measure(const Settings& settings, const std::string& name, double samples_p
   };
   const int warmup_steps = settings.smoke ? 1 : 3;
   for (int i = 0; i < warmup_steps; ++i) step();
+  // Note: minor page faults per step show a step that still gets fresh memory from the kernel each time.
+  const auto minor_faults = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_minflt);
+  };
+  const double faults_start = minor_faults();
   const auto start = Clock::now();
   const double cpu_start = cpu_seconds();
   long steps = 0;
@@ -71,7 +80,8 @@ void measure(const Settings& settings, const std::string& name, double samples_p
   std::printf("workload=%s threads=%d samples_per_s=%.6g ms_per_step=%.6g", name.c_str(), settings.threads,
               samples_per_step / seconds_per_step, seconds_per_step * 1e3);
   if (flops_per_step > 0) std::printf(" gflops=%.6g", flops_per_step / seconds_per_step * 1e-9);
-  std::printf(" cpu_ms_per_step=%.6g\n", cpu_seconds_per_step * 1e3);
+  std::printf(" cpu_ms_per_step=%.6g minor_faults_per_step=%.4g\n", cpu_seconds_per_step * 1e3,
+              (minor_faults() - faults_start) / static_cast<double>(steps));
   std::fflush(stdout);
 }
 
