@@ -74,3 +74,12 @@ TEST_CASE("leaves need no tape: a graph built and run on a worker thread from sh
   std::thread([&] { sum(w * w).backward(); }).join();
   CHECK(w.grad().to_vector() == std::vector<double>{2.0, 4.0});
 }
+
+TEST_CASE("a multi-output backward refused for a freed graph leaves no seed on the outputs before it") {
+  Tensor w = tensor({1.0, 2.0}, {2}, f64_grad());
+  Tensor first = sum(w * w), second = sum(w * 3.0);
+  second.backward();  // frees second's graph
+  CHECK_THROWS_WITH(autograd::backward({first, second}), Catch::Contains("second time"));
+  first.backward();  // 3 from the earlier backward plus 2w, not plus 4w from a leftover seed
+  CHECK(w.grad().to_vector() == std::vector<double>{5.0, 7.0});
+}

@@ -102,6 +102,10 @@ void check_outputs(const std::vector<Tensor>& outputs, const Tape& t) {
       fail("backward: output {} of shape {} (from '{}') was recorded on another thread; tapegrad's tape is per "
            "thread, so call backward on the thread that ran the forward pass",
            i, shape_string(output.shape()), meta.grad_fn);
+    if (meta.producer_released)  // checked here too, so no other output's seed is deposited first
+      fail("backward: trying to backward through the graph a second time (through '{}'); its saved tensors "
+           "were freed by the first backward. Pass retain_graph=true to the first backward",
+           meta.grad_fn);
     if (meta.crosses_tapes)
       fail("backward: the graph of output {} of shape {} (from '{}') uses a tensor computed with autograd on "
            "another thread; tapegrad's tape is per thread, so record the whole graph on one thread (or pass "
