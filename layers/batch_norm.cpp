@@ -2,6 +2,7 @@
 #include "layers/batch_norm.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "framework/autograd/grad_mode.h"
 #include "framework/ops/batch_norm.h"
@@ -80,6 +81,14 @@ Tensor BatchNormBase::forward(const Tensor& input) {
   }
   if (!is_training() && options_.track_running_stats)
     return batch_norm_eval(input, running_mean, running_var, weight, bias, options_.eps);
+  if (is_training() && options_.track_running_stats) {
+    // Note: checked before anything is computed or recorded. The count may come from a file: a negative one
+    // would make the cumulative factor negative or infinite, and the largest one cannot be incremented.
+    const std::int64_t count = *num_batches_tracked.data<std::int64_t>();
+    if (count < 0 || count == std::numeric_limits<std::int64_t>::max())
+      fail("{}: num_batches_tracked is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", type_name(),
+           count);
+  }
   BatchNormTrainResult result = batch_norm_train(input, weight, bias, options_.eps);
   if (is_training() && options_.track_running_stats) update_running_stats(result.mean, result.unbiased_var);
   return result.output;

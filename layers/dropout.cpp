@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 
 #include "framework/generator.h"
 #include "framework/ops/dropout.h"
@@ -34,6 +35,9 @@ std::uint64_t Dropout::seed() const { return std::bit_cast<std::uint64_t>(*mask_
 Tensor Dropout::forward(const Tensor& input) {
   if (!is_training()) return dropout(input, options_.p, false);
   std::int64_t& calls = *num_masks_drawn.data<std::int64_t>();
+  // Note: the count may come from a file; the largest one cannot be incremented.
+  if (calls < 0 || calls == std::numeric_limits<std::int64_t>::max())
+    fail("Dropout: num_masks_drawn is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", calls);
   Generator generator(mix(seed() ^ mix(static_cast<std::uint64_t>(calls))));
   Tensor output = dropout(input, options_.p, true, generator);
   ++calls;  // only after the op, so a rejected input does not move the stream

@@ -387,3 +387,18 @@ TEST_CASE("a Sequential MLP in float64 has the right input gradients") {
     TAPEGRAD_RC_GRADCHECK([&](const std::vector<Tensor>& v) { return model(v[0]); }, (std::vector<Tensor>{x}));
   });
 }
+
+TEST_CASE("counters loaded from a damaged state are refused before they can overflow") {
+  nn::Dropout drop(0.5);
+  *drop.num_masks_drawn.data<std::int64_t>() = INT64_MAX;
+  CHECK_THROWS_WITH(drop(ones({4})), Catch::Contains("num_masks_drawn is 9223372036854775807"));
+  *drop.num_masks_drawn.data<std::int64_t>() = -3;
+  CHECK_THROWS_WITH(drop(ones({4})), Catch::Contains("num_masks_drawn is -3"));
+  nn::BatchNorm1d norm(2);
+  for (std::int64_t bad : {INT64_MAX, std::int64_t{-1}}) {
+    *norm.num_batches_tracked.data<std::int64_t>() = bad;
+    const Tensor mean_before = norm.running_mean.clone();
+    CHECK_THROWS_WITH(norm(randn({4, 2})), Catch::Contains("num_batches_tracked is " + std::to_string(bad)));
+    CHECK(identical(norm.running_mean, mean_before));
+  }
+}

@@ -27,7 +27,8 @@ class ZipArchive {
       if (from != nullptr) zip_source_free(from);
       const std::string reason = zip_error_strerror(&error);
       zip_error_fini(&error);
-      fail("{}: not a readable zip archive: {}", source, reason);
+      fail("{}: not a tapegrad checkpoint, and not a readable PyTorch file (it starts like a zip archive, but: {})",
+           source, reason);
     }
     zip_error_fini(&error);
     file_size_ = bytes.size();
