@@ -149,52 +149,43 @@ std::shared_ptr<nn::Sequential> make_resnet() {
   return model;
 }
 
-void run_resnet(const Settings& settings) {
-  const std::int64_t batch = 64;
-  auto model = make_resnet();
-  optim::SGDOptions options;
-  options.lr = 0.01;
-  options.momentum = 0.9;
-  optim::SGD optimizer(model->parameters(), options);
-  Tensor input = randn({batch, 3, 32, 32});
-  Tensor labels = randint(0, 10, {batch});
-  measure(settings, "resnet", batch, [&] {
+// One training step per measured step: zero_grad, forward, cross-entropy, backward, optimizer step.
+void measure_training(const Settings& settings, const std::string& name, nn::Module& model, optim::Optimizer& optimizer,
+                      const Tensor& input, const Tensor& labels) {
+  measure(settings, name, static_cast<double>(input.size(0)), [&] {
     optimizer.zero_grad();
-    Tensor loss = cross_entropy(model->forward(input), labels);
+    Tensor loss = cross_entropy(model.forward(input), labels);
     loss.backward();
     optimizer.step();
   });
 }
 
-void run_mlp(const Settings& settings) {
-  const std::int64_t batch = 128;
-  auto model = make_mlp();
+optim::SGDOptions sgd_momentum() {
   optim::SGDOptions options;
   options.lr = 0.01;
   options.momentum = 0.9;
-  optim::SGD optimizer(model->parameters(), options);
-  Tensor input = randn({batch, 784});
-  Tensor labels = randint(0, 10, {batch});
-  measure(settings, "mlp", batch, [&] {
-    optimizer.zero_grad();
-    Tensor loss = cross_entropy(model->forward(input), labels);
-    loss.backward();
-    optimizer.step();
-  });
+  return options;
+}
+
+void run_resnet(const Settings& settings) {
+  const std::int64_t batch = 64;
+  auto model = make_resnet();
+  optim::SGD optimizer(model->parameters(), sgd_momentum());
+  measure_training(settings, "resnet", *model, optimizer, randn({batch, 3, 32, 32}), randint(0, 10, {batch}));
+}
+
+void run_mlp(const Settings& settings) {
+  const std::int64_t batch = 128;
+  auto model = make_mlp();
+  optim::SGD optimizer(model->parameters(), sgd_momentum());
+  measure_training(settings, "mlp", *model, optimizer, randn({batch, 784}), randint(0, 10, {batch}));
 }
 
 void run_cnn(const Settings& settings) {
   const std::int64_t batch = 64;
   auto model = make_cnn();
   optim::Adam optimizer(model->parameters(), optim::AdamOptions{});
-  Tensor input = randn({batch, 1, 28, 28});
-  Tensor labels = randint(0, 10, {batch});
-  measure(settings, "cnn", batch, [&] {
-    optimizer.zero_grad();
-    Tensor loss = cross_entropy(model->forward(input), labels);
-    loss.backward();
-    optimizer.step();
-  });
+  measure_training(settings, "cnn", *model, optimizer, randn({batch, 1, 28, 28}), randint(0, 10, {batch}));
 }
 
 void run_bn_fwd_bwd(const Settings& settings) {

@@ -131,46 +131,40 @@ torch::nn::Sequential make_resnet() {
   return model;
 }
 
-void run_resnet(const Settings& settings) {
-  const std::int64_t batch = 64;
-  auto model = make_resnet();
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-  torch::Tensor input = torch::randn({batch, 3, 32, 32});
-  torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
-  measure(settings, "resnet", batch, [&] {
+// One training step per measured step: grads set to none, forward, cross-entropy, backward, optimizer step.
+template <class Model>
+void measure_training(const Settings& settings, const std::string& name, Model& model, torch::optim::Optimizer& optimizer,
+                      const torch::Tensor& input, const torch::Tensor& labels) {
+  measure(settings, name, static_cast<double>(input.size(0)), [&] {
     zero_grad_to_none(optimizer);
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
     loss.backward();
     optimizer.step();
   });
+}
+
+void run_resnet(const Settings& settings) {
+  const std::int64_t batch = 64;
+  auto model = make_resnet();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  measure_training(settings, "resnet", model, optimizer, torch::randn({batch, 3, 32, 32}),
+                   torch::randint(0, 10, {batch}, torch::kLong));
 }
 
 void run_mlp(const Settings& settings) {
   const std::int64_t batch = 128;
   auto model = make_mlp();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-  torch::Tensor input = torch::randn({batch, 784});
-  torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
-  measure(settings, "mlp", batch, [&] {
-    zero_grad_to_none(optimizer);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
-    loss.backward();
-    optimizer.step();
-  });
+  measure_training(settings, "mlp", model, optimizer, torch::randn({batch, 784}),
+                   torch::randint(0, 10, {batch}, torch::kLong));
 }
 
 void run_cnn(const Settings& settings) {
   const std::int64_t batch = 64;
   auto model = make_cnn();
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
-  torch::Tensor input = torch::randn({batch, 1, 28, 28});
-  torch::Tensor labels = torch::randint(0, 10, {batch}, torch::kLong);
-  measure(settings, "cnn", batch, [&] {
-    zero_grad_to_none(optimizer);
-    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), labels);
-    loss.backward();
-    optimizer.step();
-  });
+  measure_training(settings, "cnn", model, optimizer, torch::randn({batch, 1, 28, 28}),
+                   torch::randint(0, 10, {batch}, torch::kLong));
 }
 
 void run_bn_fwd_bwd(const Settings& settings) {
