@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/serialize/checkpoint.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

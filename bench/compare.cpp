@@ -33,7 +33,7 @@
 #include <memory>
 #include <string>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using namespace tapegrad::data;

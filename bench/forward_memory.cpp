@@ -11,7 +11,7 @@
 #include <string>
 
 #include "resident_memory.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using tapegrad::bench::resident_mib;
 

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 namespace {
 

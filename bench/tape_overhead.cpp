@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 namespace {
 

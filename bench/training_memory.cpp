@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "resident_memory.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using tapegrad::bench::resident_mib;
 

@@ -1,8 +1,8 @@
 # cmake -DROOT=<source dir> -P check_installed_headers.cmake
 # framework/detail/ is not installed, so no installed header may include a detail header; this fails
 # (naming the header) when one does, before a user's build fails on a missing file.
-file(GLOB_RECURSE headers RELATIVE "${ROOT}" "${ROOT}/framework/*.h" "${ROOT}/layers/*.h" "${ROOT}/optim/*.h")
-list(APPEND headers tapegrad.h testing.h)
+file(GLOB_RECURSE headers RELATIVE "${ROOT}" "${ROOT}/tapegrad/framework/*.h" "${ROOT}/tapegrad/layers/*.h" "${ROOT}/tapegrad/optim/*.h")
+list(APPEND headers tapegrad/tapegrad.h tapegrad/testing.h)
 list(FILTER headers EXCLUDE REGEX "(^|/)detail/")
 set(bad "")
 foreach(header ${headers})

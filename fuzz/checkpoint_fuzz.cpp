@@ -10,8 +10,8 @@
 #include <sstream>
 #include <string>
 
-#include "framework/serialize/checkpoint.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

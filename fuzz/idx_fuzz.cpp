@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "framework/data/idx.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/data/idx.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

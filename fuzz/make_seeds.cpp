@@ -12,8 +12,8 @@
 #include <vector>
 #include <unistd.h>
 
-#include "framework/serialize/checkpoint.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string_view>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

@@ -4,14 +4,14 @@
 #include <map>
 #include <sstream>
 
-#include "framework/ops/batch_norm.h"
-#include "layers/activation.h"
-#include "layers/batch_norm.h"
-#include "layers/linear.h"
-#include "layers/sequential.h"
+#include <tapegrad/framework/ops/batch_norm.h>
+#include <tapegrad/layers/activation.h>
+#include <tapegrad/layers/batch_norm.h>
+#include <tapegrad/layers/linear.h>
+#include <tapegrad/layers/sequential.h>
 #include "support/properties.h"
 #include "support/spread_input.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;

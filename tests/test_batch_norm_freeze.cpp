@@ -2,9 +2,9 @@
 // statistics that never change, and a flag that round-trips through save and load.
 #include <sstream>
 
-#include "framework/serialize/checkpoint.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::identical;

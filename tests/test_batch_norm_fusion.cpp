@@ -1,7 +1,7 @@
 // fuse_batchnorm: folded Conv2d/Linear + BatchNorm pairs compute what the unfused eval model computes, and
 // every pattern that cannot be folded is refused by name.
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;

@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "framework/ops/batch_norm.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/ops/batch_norm.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

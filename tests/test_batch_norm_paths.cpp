@@ -3,8 +3,8 @@
 // composed formula's output and gradients, in float64 to 1e-10.
 #include <catch2/catch.hpp>
 
-#include "framework/ops/batch_norm.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/ops/batch_norm.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

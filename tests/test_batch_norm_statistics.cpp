@@ -1,7 +1,7 @@
 // recompute_batchnorm_statistics: the running statistics become the exact mean and unbiased variance of every
 // input each BatchNorm saw, however the data was split into batches.
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "framework/checked_arithmetic.h"
+#include <tapegrad/framework/checked_arithmetic.h>
 
 using namespace tapegrad;
 

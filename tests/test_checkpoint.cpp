@@ -5,9 +5,9 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "framework/serialize/checkpoint.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::identical;

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "data/v1_checkpoint_spec.h"
-#include "framework/serialize/checkpoint.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 namespace spec = tapegrad::v1_checkpoint;

@@ -1,9 +1,9 @@
 // Round trips of real models: random stacks of Linear, Conv2d, BatchNorm and LayerNorm, after training steps.
 #include <sstream>
 
-#include "framework/serialize/checkpoint.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::identical;

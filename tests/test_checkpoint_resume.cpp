@@ -8,10 +8,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "framework/serialize/checkpoint.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
 #include "support/doc_snippet.h"
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::identical;

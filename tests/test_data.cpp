@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using namespace tapegrad::data;

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <map>
 
-#include "framework/data/distributed_sampler.h"
+#include <tapegrad/framework/data/distributed_sampler.h>
 
 using namespace tapegrad;
 using data::DistributedSampler;

@@ -5,7 +5,7 @@
 
 #include "support/doc_snippet.h"
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 // DOC-BEGIN
 using namespace tapegrad;

@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "framework/data/idx.h"
-#include "framework/serialize/checkpoint.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/data/idx.h>
+#include <tapegrad/framework/serialize/checkpoint.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

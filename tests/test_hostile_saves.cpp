@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "framework/serialize/checkpoint.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <thread>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

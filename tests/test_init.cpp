@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 

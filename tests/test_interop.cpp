@@ -5,10 +5,10 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "framework/serialize/detail/foreign.h"
-#include "framework/serialize/detail/pickle.h"
+#include <tapegrad/framework/serialize/detail/foreign.h>
+#include <tapegrad/framework/serialize/detail/pickle.h>
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::identical;

@@ -11,8 +11,8 @@
 #include <numeric>
 
 #include "common/recipes.h"
-#include "framework/serialize/detail/foreign.h"
-#include "framework/serialize/interop.h"
+#include <tapegrad/framework/serialize/detail/foreign.h>
+#include <tapegrad/framework/serialize/interop.h>
 
 using namespace tapegrad;
 

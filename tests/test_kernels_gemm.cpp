@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "framework/kernels/gemm.h"
+#include <tapegrad/framework/kernels/gemm.h>
 #include "support/properties.h"
 
 using tapegrad::kernels::gemm;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;

@@ -1,6 +1,6 @@
 // Module registries: names, traversal order, parameters vs buffers, mode, dtype, state, clone.
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::nn::Module;

@@ -1,6 +1,6 @@
 // matmul and linear: closed forms, every torch.matmul rank case, gradients, second derivatives, errors.
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;

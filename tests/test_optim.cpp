@@ -6,7 +6,7 @@
 
 #include "support/optim_reference.h"
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using namespace tapegrad::optim;

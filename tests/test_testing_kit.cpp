@@ -4,7 +4,7 @@
 
 #include "support/properties.h"
 #include "support/spread_input.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using testing::BufferInvarianceOptions;

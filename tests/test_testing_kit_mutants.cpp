@@ -5,7 +5,7 @@
 #include <string>
 
 #include "support/properties.h"
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using Catch::Matchers::Contains;

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "framework/serialize/checkpoint.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
 
 // inspect_foreign.cpp: PyTorch and safetensors files (true when `path` is one and was printed).
 bool print_foreign_file(const std::string& path);

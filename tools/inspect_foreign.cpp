@@ -4,8 +4,8 @@
 #include <limits>
 #include <string>
 
-#include "framework/serialize/detail/foreign.h"
-#include "framework/serialize/interop.h"
+#include <tapegrad/framework/serialize/detail/foreign.h>
+#include <tapegrad/framework/serialize/interop.h>
 
 using namespace tapegrad;
 

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <string>
 
-#include "framework/serialize/checkpoint.h"
-#include "tapegrad.h"
+#include <tapegrad/framework/serialize/checkpoint.h>
+#include <tapegrad/tapegrad.h>
 #include "v1_checkpoint_spec.h"
 
 using namespace tapegrad;

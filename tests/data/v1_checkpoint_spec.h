@@ -11,7 +11,7 @@
 #include <memory>
 #include <string_view>
 
-#include "tapegrad.h"
+#include <tapegrad/tapegrad.h>
 
 namespace tapegrad::v1_checkpoint {
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <thread>
 
-#include "framework/distributed/process_group.h"
+#include <tapegrad/framework/distributed/process_group.h>
 
 int main() {
   return tapegrad::distributed::run_or_abort([] {

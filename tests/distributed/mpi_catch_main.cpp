@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <string>
 
-#include "framework/distributed/process_group.h"
+#include <tapegrad/framework/distributed/process_group.h>
 
 int main(int argc, char** argv) {
   const auto world = tapegrad::distributed::ProcessGroup::world();

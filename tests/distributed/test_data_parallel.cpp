@@ -6,21 +6,21 @@
 #include <cmath>
 #include <memory>
 
-#include "framework/autograd/grad_mode.h"
-#include "framework/distributed/data_parallel.h"
-#include "framework/distributed/sync_batch_norm.h"
-#include "framework/ops/batch_norm.h"
-#include "framework/ops/elementwise.h"
-#include "framework/ops/loss.h"
-#include "framework/ops/reduction.h"
-#include "framework/ops/shape_ops.h"
-#include "layers/activation.h"
-#include "layers/batch_norm.h"
-#include "layers/conv.h"
-#include "layers/flatten.h"
-#include "layers/linear.h"
-#include "layers/sequential.h"
-#include "optim/sgd.h"
+#include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/distributed/data_parallel.h>
+#include <tapegrad/framework/distributed/sync_batch_norm.h>
+#include <tapegrad/framework/ops/batch_norm.h>
+#include <tapegrad/framework/ops/elementwise.h>
+#include <tapegrad/framework/ops/loss.h>
+#include <tapegrad/framework/ops/reduction.h>
+#include <tapegrad/framework/ops/shape_ops.h>
+#include <tapegrad/layers/activation.h>
+#include <tapegrad/layers/batch_norm.h>
+#include <tapegrad/layers/conv.h>
+#include <tapegrad/layers/flatten.h>
+#include <tapegrad/layers/linear.h>
+#include <tapegrad/layers/sequential.h>
+#include <tapegrad/optim/sgd.h>
 
 using namespace tapegrad;
 using distributed::DistributedDataParallel;

@@ -1,8 +1,8 @@
 // The process group's collectives on 2 (or more) ranks: values, dtypes, in-place semantics and mismatch errors.
 #include <catch2/catch.hpp>
 
-#include "framework/distributed/process_group.h"
-#include "framework/autograd/grad_mode.h"
+#include <tapegrad/framework/distributed/process_group.h>
+#include <tapegrad/framework/autograd/grad_mode.h>
 
 using namespace tapegrad;
 using distributed::ProcessGroup;

@@ -8,11 +8,11 @@
 #include <cmath>
 #include <vector>
 
-#include "framework/autograd/grad_mode.h"
-#include "framework/distributed/sync_batch_norm.h"
-#include "framework/ops/elementwise.h"
-#include "framework/ops/reduction.h"
-#include "framework/ops/shape_ops.h"
+#include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/distributed/sync_batch_norm.h>
+#include <tapegrad/framework/ops/elementwise.h>
+#include <tapegrad/framework/ops/reduction.h>
+#include <tapegrad/framework/ops/shape_ops.h>
 
 using namespace tapegrad;
 using distributed::ProcessGroup;

@@ -5,4 +5,4 @@
 #include <rapidcheck.h>
 #include <rapidcheck/catch.h>
 
-#include "testing.h"
+#include <tapegrad/testing.h>

@@ -1,6 +1,6 @@
 #pragma once
 // Inputs for normalization layers whose gradients are checked by finite differences.
-#include "framework/gradcheck/generators.h"
+#include <tapegrad/framework/gradcheck/generators.h>
 
 namespace tapegrad::testing {
 

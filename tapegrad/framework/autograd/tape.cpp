@@ -1,0 +1,291 @@
+// The Wengert list. One per thread; records are appended in creation order, which is already a
+// topological order, so backward is one reverse loop over a flat list: no recursion, no sort.
+#include <tapegrad/framework/autograd/tape.h>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+
+#include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/ops/elementwise.h>
+
+namespace tapegrad {
+
+namespace {
+
+struct Record {
+  const char* op;
+  std::vector<std::shared_ptr<AutogradMeta>> inputs;  // null where that input needs no gradient
+  std::weak_ptr<AutogradMeta> output;
+  BackwardFn backward;
+  bool released = false;
+
+  void release() {
+    released = true;
+    inputs.clear();
+    backward = nullptr;
+  }
+};
+
+// Note: a deque, because records appended while a backward(create_graph) runs must not move the
+// record whose closure is executing; pruning (which compacts) is suspended during backward.
+std::atomic<std::uint64_t> next_tape_id{1};
+
+struct Tape {
+  std::uint64_t id = next_tape_id.fetch_add(1, std::memory_order_relaxed);  // never reused, even after a thread exits
+  std::deque<Record> records;
+  std::size_t prune_threshold = 4096;
+  int backward_depth = 0;
+};
+
+Tape& tape() {
+  thread_local Tape instance;
+  return instance;
+}
+
+// A record whose output no live tensor holds can never receive a gradient. Walking back to front
+// releases such records, which drops their references to inputs, so whole dead chains go in one pass.
+void prune(Tape& t) {
+  if (t.backward_depth > 0) return;
+  for (auto it = t.records.rbegin(); it != t.records.rend(); ++it)
+    if (!it->released && it->output.expired()) it->release();
+  t.records.erase(std::remove_if(t.records.begin(), t.records.end(), [](const Record& r) { return r.released; }),
+                  t.records.end());
+  t.prune_threshold = std::max<std::size_t>(4096, 2 * t.records.size());
+}
+
+bool storage_is_unshared(const Tensor& g) {
+  return g.impl().use_count() == 1 && g.impl()->storage.use_count() == 1;
+}
+
+Tensor accumulate(const Tensor& existing, const Tensor& incoming) {
+  if (!existing.defined()) return incoming;
+  return add(existing, incoming);
+}
+
+enum class Mode { AccumulateIntoLeaves, CaptureOnly };
+
+// Gives `meta` one more gradient contribution. Gradients add up, so a tensor used twice gets both.
+void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) {
+  if (meta.capture) meta.captured_grad = accumulate(meta.captured_grad, gradient);
+  if (meta.is_leaf) {
+    if (mode == Mode::CaptureOnly) return;
+    // A fresh tensor can become .grad as is; one shared with another gradient must be copied, or an
+    // in-place update of one parameter's .grad (clipping) would change another's.
+    if (!meta.grad.defined())
+      meta.grad = (create_graph || storage_is_unshared(gradient)) ? gradient : gradient.detach().clone();
+    else
+      meta.grad = add(meta.grad, gradient);
+    return;
+  }
+  if (meta.producer_released)
+    fail("backward: trying to backward through the graph a second time (through '{}'); its saved tensors "
+         "were freed by the first backward. Pass retain_graph=true to the first backward",
+         meta.grad_fn);
+  meta.grad = accumulate(meta.grad, gradient);
+}
+
+// Refuses, before anything is touched, a backward this thread's tape cannot complete: an output recorded on
+// another thread, or a graph that reaches into another thread's records. Walking only this tape would leave
+// gradients parked in the other graph's tensors, to be added again by a later backward there.
+void check_outputs(const std::vector<Tensor>& outputs, const Tape& t) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& output = outputs[i];
+    output.check_defined("backward");
+    if (!output.requires_grad())
+      fail("backward: output {} of shape {} does not require grad (no input that requires grad reached it)", i,
+           shape_string(output.shape()));
+    const AutogradMeta& meta = *output.impl()->autograd;
+    if (meta.is_leaf) continue;
+    if (meta.tape_id != t.id)
+      fail("backward: output {} of shape {} (from '{}') was recorded on another thread; tapegrad's tape is per "
+           "thread, so call backward on the thread that ran the forward pass",
+           i, shape_string(output.shape()), meta.grad_fn);
+    if (meta.producer_released)  // checked here too, so no other output's seed is deposited first
+      fail("backward: trying to backward through the graph a second time (through '{}'); its saved tensors "
+           "were freed by the first backward. Pass retain_graph=true to the first backward",
+           meta.grad_fn);
+    if (meta.crosses_tapes)
+      fail("backward: the graph of output {} of shape {} (from '{}') uses a tensor computed with autograd on "
+           "another thread; tapegrad's tape is per thread, so record the whole graph on one thread (or pass "
+           "detach()ed tensors between threads)",
+           i, shape_string(output.shape()), meta.grad_fn);
+  }
+}
+
+void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
+                  bool create_graph, Mode mode) {
+  if (outputs.empty()) fail("backward: no outputs given");
+  if (!grad_outputs.empty() && grad_outputs.size() != outputs.size())
+    fail("backward: {} outputs but {} grad_outputs", outputs.size(), grad_outputs.size());
+  Tape& t = tape();
+  check_outputs(outputs, t);
+  GradModeGuard grad_mode(create_graph);
+  ++t.backward_depth;
+  struct DepthGuard {
+    Tape& t;
+    ~DepthGuard() { --t.backward_depth; }
+  } depth_guard{t};
+
+  // Note: every seed is validated before the first is deposited, so a bad one leaves no gradient behind.
+  std::vector<Tensor> seeds(outputs.size());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& output = outputs[i];
+    Tensor& seed = seeds[i];
+    if (!grad_outputs.empty() && grad_outputs[i].defined()) {
+      seed = grad_outputs[i];
+      if (seed.shape() != output.shape())
+        fail("backward: gradient of shape {} given for an output of shape {}", shape_string(seed.shape()),
+             shape_string(output.shape()));
+      if (seed.dtype() != output.dtype()) seed = seed.to(output.dtype());
+    } else {
+      if (output.numel() != 1)
+        fail("backward: a gradient can be implied only for a one-element output; got shape {}",
+             shape_string(output.shape()));
+      seed = ones(output.shape(), TensorOptions{}.with_dtype(output.dtype()));
+    }
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) deposit(*outputs[i].impl()->autograd, seeds[i], mode, create_graph);
+
+  // Note: releasing a record drops its references to its inputs' metas, but an input produced by an
+  // earlier record may still be waiting for its gradient to be consumed; keep those metas alive until
+  // the pass ends.
+  std::vector<std::shared_ptr<AutogradMeta>> pending;
+  const std::size_t recorded = t.records.size();
+  for (std::size_t i = recorded; i-- > 0;) {
+    Record& record = t.records[i];
+    if (record.released) continue;
+    std::shared_ptr<AutogradMeta> out = record.output.lock();
+    if (!out || !out->grad.defined()) continue;
+    Tensor gradient = std::move(out->grad);
+    out->grad = Tensor();
+
+    std::uint64_t mask = 0;
+    for (std::size_t j = 0; j < record.inputs.size(); ++j)
+      if (record.inputs[j]) mask |= std::uint64_t{1} << j;
+    std::vector<Tensor> input_grads = record.backward(gradient, NeedsGrad(mask));
+    Record& same_record = t.records[i];  // a deque keeps it in place even if the closure appended records
+    if (input_grads.size() != same_record.inputs.size())
+      fail("backward of {}: returned {} gradients for {} inputs", same_record.op, input_grads.size(),
+           same_record.inputs.size());
+    for (std::size_t j = 0; j < input_grads.size(); ++j)
+      if (same_record.inputs[j] && input_grads[j].defined())
+        deposit(*same_record.inputs[j], std::move(input_grads[j]), mode, create_graph);
+    if (!retain_graph) {
+      for (auto& input : same_record.inputs)
+        if (input && !input->is_leaf) pending.push_back(std::move(input));
+      same_record.release();
+      out->producer_released = true;
+    }
+  }
+}
+
+}  // namespace
+
+bool should_record(std::initializer_list<Tensor> inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) return true;
+  return false;
+}
+
+bool should_record(const std::vector<Tensor>& inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) return true;
+  return false;
+}
+
+Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (inputs.size() > 64) fail("{}: at most 64 differentiable inputs per record", op);
+  if (!is_floating(output.dtype())) return output;
+  Tape& t = tape();
+  if (t.records.size() >= t.prune_threshold) prune(t);
+  std::shared_ptr<TensorImpl> impl = output.impl();
+  if (impl->autograd) {  // an op returned an existing tensor: give the result its own identity
+    auto fresh = std::make_shared<TensorImpl>(*impl);
+    impl = fresh;
+  }
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->is_leaf = false;
+  meta->grad_fn = op;
+  meta->tape_id = t.id;
+  for (const Tensor& input : inputs)
+    if (input.defined() && input.requires_grad()) {
+      const AutogradMeta& from = *input.impl()->autograd;
+      if (!from.is_leaf && (from.tape_id != t.id || from.crosses_tapes)) meta->crosses_tapes = true;
+    }
+  impl->autograd = meta;
+
+  Record record{op, {}, meta, std::move(backward)};
+  record.inputs.reserve(inputs.size());
+  for (const Tensor& input : inputs)
+    record.inputs.push_back(input.defined() && input.requires_grad() ? input.impl()->autograd : nullptr);
+  t.records.push_back(std::move(record));
+  return Tensor(impl);
+}
+
+SavedTensor::SavedTensor(const Tensor& tensor, const char* op)
+    : tensor_(tensor), version_(tensor.defined() ? tensor.version() : 0), op_(op) {}
+
+const Tensor& SavedTensor::get() const {
+  if (tensor_.defined() && tensor_.version() != version_)
+    fail("backward of {}: a tensor it saved (shape {}) was modified in place after it was used (version {} -> {}); "
+         "clone it before modifying, or modify it after backward",
+         op_, shape_string(tensor_.shape()), version_, tensor_.version());
+  return tensor_;
+}
+
+std::size_t tape_size() { return tape().records.size(); }
+
+void prune_tape() { prune(tape()); }
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph, create_graph);
+}
+
+namespace autograd {
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
+              bool create_graph) {
+  run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, Mode::AccumulateIntoLeaves);
+  if (!retain_graph && !create_graph) prune(tape());
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
+                         bool allow_unused) {
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    inputs[j].check_defined("grad");
+    if (!inputs[j].requires_grad()) fail("grad: input {} does not require grad", j);
+  }
+  for (const Tensor& input : inputs) {
+    input.impl()->autograd->capture = true;
+    input.impl()->autograd->captured_grad = Tensor();
+  }
+  struct CaptureReset {
+    const std::vector<Tensor>& inputs;
+    ~CaptureReset() {
+      for (const Tensor& input : inputs) input.impl()->autograd->capture = false;
+    }
+  } reset{inputs};
+  run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, Mode::CaptureOnly);
+  std::vector<Tensor> result;
+  result.reserve(inputs.size());
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    Tensor g = std::move(inputs[j].impl()->autograd->captured_grad);
+    inputs[j].impl()->autograd->captured_grad = Tensor();
+    if (!g.defined()) {
+      if (!allow_unused) fail("grad: input {} (shape {}) was not used to compute the outputs", j,
+                               shape_string(inputs[j].shape()));
+      g = zeros_like(inputs[j]);
+    }
+    result.push_back(std::move(g));
+  }
+  if (!retain_graph && !create_graph) prune(tape());
+  return result;
+}
+
+}  // namespace autograd
+}  // namespace tapegrad

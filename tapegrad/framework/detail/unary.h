@@ -1,0 +1,23 @@
+#pragma once
+// Internal: a typed elementwise map producing a new tensor of the same shape and dtype.
+#include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/tensor.h>
+
+namespace tapegrad::detail {
+
+/// out[i] = f(x[i]) for float32/float64 tensors; `op` names the op in the dtype error.
+template <class F>
+Tensor map_floating(const Tensor& x, const char* op, F f) {
+  x.check_defined(op);
+  Tensor out = empty(x.shape(), x.dtype());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data<T>();
+    T* o = out.data<T>();
+    const std::int64_t n = x.numel();
+    for (std::int64_t i = 0; i < n; ++i) o[i] = f(in[i]);
+  });
+  return out;
+}
+
+}  // namespace tapegrad::detail

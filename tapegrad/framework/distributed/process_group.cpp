@@ -1,0 +1,199 @@
+// The MPI process group: initialization and finalization, and the tensor collectives.
+#include <tapegrad/framework/distributed/process_group.h>
+
+#include <mpi.h>
+
+#include <array>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <string>
+
+#include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/autograd/grad_mode.h>
+
+namespace tapegrad::distributed {
+
+struct ProcessGroup::Impl {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  int rank = 0;
+  int size = 1;
+};
+
+namespace {
+
+// Note: finalizes MPI at exit only when tapegrad initialized it. A function-local static, because MPI is
+// process-global state by nature; nothing else in tapegrad is.
+class MpiSession {
+ public:
+  MpiSession() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      owner_ = true;
+    }
+  }
+  ~MpiSession() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owner_ && !finalized) MPI_Finalize();
+  }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
+void check(int status, const char* op) {
+  if (status == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(status, text, &length);
+  fail("{}: MPI error: {}", op, std::string(text, static_cast<std::size_t>(length)));
+}
+
+MPI_Datatype mpi_type(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+  }
+  fail("{}: unsupported dtype {}", op, dtype_name(dtype));
+}
+
+int count_of(const Tensor& tensor, const char* op) {
+  if (tensor.numel() > std::numeric_limits<int>::max())
+    fail("{}: tensor {} has more than 2^31 - 1 elements (split it)", op, shape_string(tensor.shape()));
+  return static_cast<int>(tensor.numel());
+}
+
+// Note: a collective writes the storage directly, so it bumps the version like every in-place op; a
+// backward that saved this tensor then refuses to use the changed values.
+void prepare_in_place(Tensor& tensor, const char* op) {
+  tensor.check_defined(op);
+  if (tensor.requires_grad() && is_grad_enabled())
+    fail("{}: in-place collective on a tensor that requires grad while grad mode is on (use NoGradGuard)", op);
+  tensor.impl()->storage->bump_version();
+}
+
+constexpr int kMaxLayoutDims = 8;
+// dtype, dim, then up to kMaxLayoutDims extents.
+using Layout = std::array<std::int64_t, 2 + kMaxLayoutDims>;
+
+Layout layout_of(const Tensor& tensor) {
+  Layout layout{};
+  layout.fill(-1);
+  layout[0] = static_cast<std::int64_t>(tensor.dtype());
+  layout[1] = tensor.dim();
+  for (std::int64_t d = 0; d < tensor.dim() && d < kMaxLayoutDims; ++d) layout[2 + d] = tensor.size(d);
+  return layout;
+}
+
+std::string describe(const Layout& layout) {
+  std::string dims;
+  for (std::int64_t d = 0; d < layout[1] && d < kMaxLayoutDims; ++d)
+    dims += (d ? ", " : "") + std::to_string(layout[2 + d]);
+  return fmt::format("{} [{}]", dtype_name(static_cast<DType>(layout[0])), dims);
+}
+
+}  // namespace
+
+ProcessGroup ProcessGroup::world() {
+  static MpiSession session;
+  auto impl = std::make_shared<Impl>();
+  check(MPI_Comm_rank(impl->comm, &impl->rank), "ProcessGroup::world");
+  check(MPI_Comm_size(impl->comm, &impl->size), "ProcessGroup::world");
+  return ProcessGroup(std::move(impl));
+}
+
+int ProcessGroup::rank() const { return impl_->rank; }
+int ProcessGroup::world_size() const { return impl_->size; }
+void ProcessGroup::barrier() const { check(MPI_Barrier(impl_->comm), "barrier"); }
+
+void ProcessGroup::check_same_layout(const Tensor& tensor, const char* op) const {
+  if (!check_shapes_ || impl_->size == 1) return;
+  const Layout mine = layout_of(tensor);
+  std::vector<Layout> all(static_cast<std::size_t>(impl_->size));
+  check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
+                      MPI_INT64_T, impl_->comm),
+        op);
+  bool same = true;
+  for (const Layout& other : all) same = same && other == all[0];
+  if (same) return;
+  std::string ranks;
+  for (std::size_t r = 0; r < all.size(); ++r) ranks += fmt::format("{}rank {}: {}", r ? ", " : "", r, describe(all[r]));
+  fail("{}: every rank must pass the same dtype and shape, got {}", op, ranks);
+}
+
+void ProcessGroup::allreduce(Tensor& tensor, ReduceOp op) const {
+  const char* name = "allreduce";
+  tensor.check_defined(name);
+  const MPI_Datatype type = mpi_type(tensor.dtype(), name);
+  if (op == ReduceOp::Mean && !is_floating(tensor.dtype()))
+    fail("allreduce: mean needs a float32 or float64 tensor, got {} {}", dtype_name(tensor.dtype()),
+         shape_string(tensor.shape()));
+  check_same_layout(tensor, name);
+  prepare_in_place(tensor, name);
+  if (impl_->size == 1) return;
+  check(MPI_Allreduce(MPI_IN_PLACE, tensor.raw_data(), count_of(tensor, name), type, MPI_SUM, impl_->comm), name);
+  if (op == ReduceOp::Mean) {
+    NoGradGuard no_grad;
+    tensor.mul_(1.0 / static_cast<double>(impl_->size));
+  }
+}
+
+void ProcessGroup::broadcast(Tensor& tensor, int root) const {
+  const char* name = "broadcast";
+  tensor.check_defined(name);
+  if (root < 0 || root >= impl_->size) fail("broadcast: root {} is not a rank of a world of {}", root, impl_->size);
+  const MPI_Datatype type = mpi_type(tensor.dtype(), name);
+  check_same_layout(tensor, name);
+  prepare_in_place(tensor, name);
+  if (impl_->size == 1) return;
+  check(MPI_Bcast(tensor.raw_data(), count_of(tensor, name), type, root, impl_->comm), name);
+}
+
+std::vector<Tensor> ProcessGroup::allgather(const Tensor& tensor) const {
+  const char* name = "allgather";
+  tensor.check_defined(name);
+  const MPI_Datatype type = mpi_type(tensor.dtype(), name);
+  check_same_layout(tensor, name);
+  const int count = count_of(tensor, name);
+  Shape gathered_shape = tensor.shape();
+  gathered_shape.insert(gathered_shape.begin(), impl_->size);
+  Tensor gathered = empty(gathered_shape, tensor.dtype());
+  check(MPI_Allgather(tensor.raw_data(), count, type, gathered.raw_data(), count, type, impl_->comm), name);
+  std::vector<Tensor> out;
+  const std::size_t bytes = static_cast<std::size_t>(tensor.numel()) * element_size(tensor.dtype());
+  for (int r = 0; r < impl_->size; ++r) {
+    Tensor part = empty(tensor.shape(), tensor.dtype());
+    std::memcpy(part.raw_data(), static_cast<const char*>(gathered.raw_data()) + bytes * static_cast<std::size_t>(r), bytes);
+    out.push_back(part);
+  }
+  return out;
+}
+
+int run_or_abort(const std::function<void()>& fn) {
+  try {
+    fn();
+    return 0;
+  } catch (const std::exception& error) {
+    int initialized = 0, finalized = 0, rank = 0, size = 1;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) {
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+    }
+    std::fprintf(stderr, "tapegrad: rank %d of %d failed: %s; aborting every rank\n", rank, size, error.what());
+    std::fflush(stderr);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}
+
+}  // namespace tapegrad::distributed

@@ -1,0 +1,293 @@
+// SyncBatchNorm: the global-statistics training op (forward and backward side by side), the layer, and the
+// in-place conversion of a model's BatchNorm layers.
+#include <tapegrad/framework/distributed/sync_batch_norm.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/layers/sequential.h>
+
+namespace tapegrad::distributed {
+
+namespace {
+
+using Doubles = std::vector<double>;
+
+// The input viewed as [N, C, S].
+struct Layout {
+  std::int64_t n = 0, c = 0, s = 1;
+  std::int64_t per_channel() const { return n * s; }
+};
+
+Layout check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  x.check_defined(op);
+  if (x.dim() < 2 || x.dim() > 4)
+    fail("{}: expected input [N, C], [N, C, L] or [N, C, H, W], got {}", op, shape_string(x.shape()));
+  if (!is_floating(x.dtype())) fail("{}: expected a float32 or float64 input, got {}", op, dtype_name(x.dtype()));
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!t->defined()) continue;
+    if (t->shape() != Shape{x.size(1)} || t->dtype() != x.dtype())
+      fail("{}: {} must be {} [{}] for input {}, got {} {}", op, name, dtype_name(x.dtype()), x.size(1),
+           shape_string(x.shape()), dtype_name(t->dtype()), shape_string(t->shape()));
+  }
+  Layout layout{x.size(0), x.size(1), 1};
+  for (std::int64_t d = 2; d < x.dim(); ++d) layout.s *= x.size(d);
+  return layout;
+}
+
+Doubles channel_values(const Tensor& t, std::int64_t channels, double fallback) {
+  if (!t.defined()) return Doubles(static_cast<std::size_t>(channels), fallback);
+  return t.to_vector();
+}
+
+Tensor channel_tensor(const Doubles& values, DType dtype) {
+  return from_vector(values, {static_cast<std::int64_t>(values.size())}, TensorOptions{}.with_dtype(dtype));
+}
+
+// Calls fn(c, offset) for every run of S values of channel c, offset being the run's first element.
+template <class Fn>
+void for_runs(const Layout& l, std::int64_t c, Fn fn) {
+  for (std::int64_t n = 0; n < l.n; ++n) fn((n * l.c + c) * l.s);
+}
+
+// This rank's per-channel mean and sum of squared deviations (two-pass, in double).
+template <class T>
+void local_moments(const T* x, const Layout& l, Doubles& mean, Doubles& m2) {
+  const double count = static_cast<double>(l.per_channel());
+#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
+  for (std::int64_t c = 0; c < l.c; ++c) {
+    double sum = 0, squares = 0;
+    for_runs(l, c, [&](std::int64_t base) {
+      for (std::int64_t s = 0; s < l.s; ++s) sum += static_cast<double>(x[base + s]);
+    });
+    const double m = count > 0 ? sum / count : 0.0;
+    for_runs(l, c, [&](std::int64_t base) {
+      for (std::int64_t s = 0; s < l.s; ++s) {
+        const double d = static_cast<double>(x[base + s]) - m;
+        squares += d * d;
+      }
+    });
+    mean[c] = m;
+    m2[c] = squares;
+  }
+}
+
+// out = (x - mean) * scale + offset per channel.
+template <class T>
+void normalize(const T* x, const Layout& l, const Doubles& mean, const Doubles& scale, const Doubles& offset, T* out) {
+#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
+  for (std::int64_t c = 0; c < l.c; ++c) {
+    const T m = static_cast<T>(mean[c]), k = static_cast<T>(scale[c]), b = static_cast<T>(offset[c]);
+    for_runs(l, c, [&](std::int64_t base) {
+      for (std::int64_t s = 0; s < l.s; ++s) out[base + s] = (x[base + s] - m) * k + b;
+    });
+  }
+}
+
+// This rank's per-channel sum(g) and sum(g * (x - mean)).
+template <class T>
+void local_grad_sums(const T* g, const T* x, const Layout& l, const Doubles& mean, double* sum_g, double* sum_gxc) {
+#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
+  for (std::int64_t c = 0; c < l.c; ++c) {
+    double a = 0, b = 0;
+    for_runs(l, c, [&](std::int64_t base) {
+      for (std::int64_t s = 0; s < l.s; ++s) {
+        const double gv = static_cast<double>(g[base + s]);
+        a += gv;
+        b += gv * (static_cast<double>(x[base + s]) - mean[c]);
+      }
+    });
+    sum_g[c] = a;
+    sum_gxc[c] = b;
+  }
+}
+
+// dx = weight * invstd * (g - sum_g / count - (x - mean) * invstd^2 * sum_gxc / count), global sums and count.
+template <class T>
+void grad_input(const T* g, const T* x, const Layout& l, const Doubles& weight, const Doubles& mean,
+                const Doubles& invstd, const double* sum_g, const double* sum_gxc, double count, T* dx) {
+#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
+  for (std::int64_t c = 0; c < l.c; ++c) {
+    const double a = weight[c] * invstd[c];
+    const T ka = static_cast<T>(a), m = static_cast<T>(mean[c]);
+    const T kb = static_cast<T>(-a * invstd[c] * invstd[c] * sum_gxc[c] / count);
+    const T kd = static_cast<T>(-a * sum_g[c] / count);
+    for_runs(l, c, [&](std::int64_t base) {
+      for (std::int64_t s = 0; s < l.s; ++s) dx[base + s] = ka * g[base + s] + kb * (x[base + s] - m) + kd;
+    });
+  }
+}
+
+template <class Fn>
+void dispatch(DType dtype, Fn fn) {
+  if (dtype == DType::Float64)
+    fn(double{});
+  else
+    fn(float{});
+}
+
+}  // namespace
+
+// Note: the statistics are merged from per-rank (count, mean, M2) rather than summed as (count, sum, sum of
+// squares), so a channel with a large mean does not lose its variance to cancellation; the merge runs in rank
+// order on every rank, so all ranks get bit-identical statistics.
+SyncBatchNormResult sync_batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps,
+                                          const ProcessGroup& group) {
+  const char* op = "sync_batch_norm_train";
+  const Layout l = check_input(input, weight, bias, op);
+  const std::size_t channels = static_cast<std::size_t>(l.c);
+  Doubles mean(channels), m2(channels);
+  dispatch(input.dtype(), [&](auto tag) { local_moments(input.data<decltype(tag)>(), l, mean, m2); });
+
+  Doubles packed{static_cast<double>(l.per_channel())};
+  packed.insert(packed.end(), mean.begin(), mean.end());
+  packed.insert(packed.end(), m2.begin(), m2.end());
+  const auto gathered = group.allgather(from_vector(packed, {static_cast<std::int64_t>(packed.size())},
+                                                    TensorOptions{}.with_dtype(DType::Float64)));
+  double count = 0;
+  auto global_mean = std::make_shared<Doubles>(channels, 0.0);
+  Doubles global_m2(channels, 0.0);
+  for (const Tensor& part : gathered) {
+    const double* p = part.data<double>();
+    const double nb = p[0];
+    if (nb == 0) continue;
+    const double n = count + nb;
+    for (std::size_t c = 0; c < channels; ++c) {
+      const double delta = p[1 + c] - (*global_mean)[c];
+      (*global_mean)[c] += delta * nb / n;
+      global_m2[c] += p[1 + channels + c] + delta * delta * count * nb / n;
+    }
+    count = n;
+  }
+  if (count <= 1)
+    fail("Expected more than 1 value per channel when training, got input size {} on this rank and {} values "
+         "per channel over all {} ranks", shape_string(input.shape()), count, group.world_size());
+
+  auto invstd = std::make_shared<Doubles>(channels);
+  Doubles biased(channels), unbiased(channels), scale(channels);
+  const Doubles w = channel_values(weight, l.c, 1.0), b = channel_values(bias, l.c, 0.0);
+  for (std::size_t c = 0; c < channels; ++c) {
+    biased[c] = global_m2[c] / count;
+    unbiased[c] = global_m2[c] / (count - 1.0);
+    (*invstd)[c] = 1.0 / std::sqrt(biased[c] + eps);
+    scale[c] = (*invstd)[c] * w[c];
+  }
+  Tensor out = empty(input.shape(), input.dtype());
+  dispatch(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    normalize(input.data<T>(), l, *global_mean, scale, b, out.data<T>());
+  });
+
+  SyncBatchNormResult result;
+  result.mean = channel_tensor(*global_mean, input.dtype());
+  result.var = channel_tensor(biased, input.dtype());
+  result.unbiased_var = channel_tensor(unbiased, input.dtype());
+  result.global_count = static_cast<std::int64_t>(count);
+
+  const bool has_weight = weight.defined(), has_bias = bias.defined();
+  std::vector<Tensor> inputs{input};
+  if (has_weight) inputs.push_back(weight);
+  if (has_bias) inputs.push_back(bias);
+  result.output = record_if_needed(op, out, inputs, [&] {
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), global_mean, invstd, count, l, has_weight,
+            has_bias, group](const Tensor& g, NeedsGrad needs) {
+      if (is_grad_enabled())
+        fail("sync_batch_norm_train: double backward (create_graph) is not supported; use BatchNorm on one process");
+      const Tensor& x = sx.get();
+      const Doubles wv = channel_values(has_weight ? sw.get() : Tensor(), l.c, 1.0);
+      const std::size_t channels = static_cast<std::size_t>(l.c);
+      // Note: [local sum(g) | local sum(g * (x - mean))]; the copy of it that is allreduced gives dx the global
+      // sums, while dweight and dbias stay this rank's own share (DistributedDataParallel then averages them,
+      // exactly as for every other parameter).
+      Tensor local = empty({2 * l.c}, DType::Float64);
+      double* sums = local.data<double>();
+      dispatch(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        local_grad_sums(g.data<T>(), x.data<T>(), l, *global_mean, sums, sums + channels);
+      });
+      Tensor global = local.clone();
+      group.allreduce(global);
+      std::vector<Tensor> grads;
+      if (needs[0]) {
+        Tensor dx = empty(x.shape(), x.dtype());
+        const double* total = global.data<double>();
+        dispatch(x.dtype(), [&](auto tag) {
+          using T = decltype(tag);
+          grad_input(g.data<T>(), x.data<T>(), l, wv, *global_mean, *invstd, total, total + channels, count,
+                     dx.data<T>());
+        });
+        grads.push_back(dx);
+      } else {
+        grads.emplace_back();
+      }
+      if (has_weight) {
+        Doubles dw(channels);
+        for (std::size_t c = 0; c < channels; ++c) dw[c] = sums[channels + c] * (*invstd)[c];
+        grads.push_back(needs[1] ? channel_tensor(dw, x.dtype()) : Tensor());
+      }
+      if (has_bias)
+        grads.push_back(needs[grads.size()] ? channel_tensor(Doubles(sums, sums + channels), x.dtype()) : Tensor());
+      return grads;
+    };
+  });
+  return result;
+}
+
+SyncBatchNorm::SyncBatchNorm(const nn::BatchNormOptions& options, ProcessGroup group)
+    : nn::BatchNormBase("SyncBatchNorm", options), group_(std::move(group)) {}
+
+void SyncBatchNorm::check_rank(const Tensor& input) const {
+  if (input.dim() < 2 || input.dim() > 4)
+    fail("SyncBatchNorm: expected input [N, C], [N, C, L] or [N, C, H, W], got {}", shape_string(input.shape()));
+}
+
+Tensor SyncBatchNorm::forward(const Tensor& input) {
+  const auto& opts = options();
+  if (!is_training() && opts.track_running_stats) return nn::BatchNormBase::forward(input);
+  input.check_defined("SyncBatchNorm");
+  check_rank(input);
+  if (input.size(1) != opts.num_features)
+    fail("SyncBatchNorm: expected {} channels, got input {}", opts.num_features, shape_string(input.shape()));
+  SyncBatchNormResult result = sync_batch_norm_train(input, weight, bias, opts.eps, group_);
+  if (is_training() && opts.track_running_stats) {
+    // Note: BatchNorm's rule with the global statistics, outside the graph.
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1.0);
+    const double factor = opts.momentum ? *opts.momentum : 1.0 / static_cast<double>(num_batches_tracked.item());
+    running_mean.mul_(1.0 - factor).add_(result.mean, factor);
+    running_var.mul_(1.0 - factor).add_(result.unbiased_var, factor);
+  }
+  return result.output;
+}
+
+std::shared_ptr<nn::Module> SyncBatchNorm::clone() const {
+  return clone_into(std::make_shared<SyncBatchNorm>(options(), group_));
+}
+
+int convert_sync_batchnorm(nn::Module& model, const ProcessGroup& group) {
+  int replaced = 0;
+  auto* sequential = dynamic_cast<nn::Sequential*>(&model);
+  for (const auto& [name, child] : model.named_children()) {
+    auto batch_norm = std::dynamic_pointer_cast<nn::BatchNormBase>(child);
+    if (!batch_norm || std::dynamic_pointer_cast<SyncBatchNorm>(child)) {
+      replaced += convert_sync_batchnorm(*child, group);
+      continue;
+    }
+    auto sync = std::make_shared<SyncBatchNorm>(batch_norm->options(), group);
+    const Tensor& reference = batch_norm->weight.defined() ? batch_norm->weight : batch_norm->running_mean;
+    if (reference.defined()) sync->to(reference.dtype());
+    sync->load_state(batch_norm->state());
+    sync->train(batch_norm->is_training());
+    if (sequential)
+      sequential->replace(static_cast<std::size_t>(std::stoul(name)), sync);
+    else
+      model.replace_module(name, sync);
+    ++replaced;
+  }
+  return replaced;
+}
+
+}  // namespace tapegrad::distributed

@@ -1,0 +1,53 @@
+#pragma once
+/// SyncBatchNorm: BatchNorm whose training statistics are those of the global batch over every rank.
+#include <memory>
+
+#include <tapegrad/framework/distributed/process_group.h>
+#include <tapegrad/layers/batch_norm.h>
+
+namespace tapegrad::distributed {
+
+/// A training forward's output and the global per-channel statistics it normalized with.
+struct SyncBatchNormResult {
+  /// (x - mean) / sqrt(var + eps) * weight + bias with the global statistics, same shape as the input.
+  Tensor output;
+  /// Global per-channel mean, biased and unbiased variance, [C] (plain tensors, never requiring grad).
+  Tensor mean, var, unbiased_var;
+  /// Values per channel over every rank (sum over ranks of N * spatial size).
+  std::int64_t global_count = 0;
+};
+
+/// Training-mode BatchNorm over [N, C], [N, C, L] or [N, C, H, W] with statistics over every rank's input
+/// (ranks may hold different N). Differentiable in input, weight and bias (first order; the backward makes one
+/// allreduce of two per-channel sums). Every rank must call it, with the same C and dtype.
+SyncBatchNormResult sync_batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps,
+                                          const ProcessGroup& group);
+
+/// Note: the same parameters, buffers, names, state version and freezing as BatchNorm1d/2d (it is a
+/// BatchNormBase), so a BatchNorm's state loads into it and back. In training (or without running statistics)
+/// it normalizes with the global batch statistics: the per-rank count, mean and sum of squared deviations are
+/// gathered in one call and merged in rank order (Chan's parallel variance, numerically safe), and the running
+/// variance is updated with the global unbiased variance, M2 / (global count - 1), which is right when ranks
+/// hold different batch sizes. In eval it is a plain BatchNorm with the running statistics, no communication.
+class SyncBatchNorm : public nn::BatchNormBase {
+ public:
+  SyncBatchNorm(const nn::BatchNormOptions& options, ProcessGroup group);
+  Tensor forward(const Tensor& input) override;
+  std::shared_ptr<nn::Module> clone() const override;
+  const ProcessGroup& group() const { return group_; }
+
+ protected:
+  /// 2-D, 3-D or 4-D input, as BatchNorm1d and BatchNorm2d together.
+  void check_rank(const Tensor& input) const override;
+
+ private:
+  ProcessGroup group_;
+};
+
+/// Replaces every BatchNorm1d/BatchNorm2d below `model` by a SyncBatchNorm with the same options, state
+/// (parameters, buffers) and mode; returns how many were replaced. Call it before building the optimizer, which
+/// must see the new layers' parameters. Children are replaced in their parent's registry (Sequential through
+/// Sequential::replace); a custom module that also keeps its own pointer to a BatchNorm child still calls the old one.
+int convert_sync_batchnorm(nn::Module& model, const ProcessGroup& group);
+
+}  // namespace tapegrad::distributed

@@ -1,0 +1,135 @@
+// BatchNorm's innermost loops: one generic body each, and a dispatched copy per element type (the clones
+// of each vectorise the inlined body for AVX-512, AVX2 and the baseline).
+#include <tapegrad/framework/kernels/batch_norm_runs.h>
+
+#include <tapegrad/framework/kernels/dispatch.h>
+
+namespace tapegrad::kernels {
+
+namespace {
+
+template <class T>
+[[gnu::always_inline]] inline void shifted_moments_body(const T* p, std::int64_t n, double x0, double& sum_out,
+                                                        double& squares_out) {
+  double sum = 0, squares = 0;
+#pragma omp simd reduction(+ : sum, squares)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(p[i]) - x0;
+    sum += d;
+    squares += d * d;
+  }
+  sum_out += sum;
+  squares_out += squares;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void affine_body(const T* p, T* q, std::int64_t n, T shift, T scale, T offset) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) q[i] = (p[i] - shift) * scale + offset;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void grad_sums_body(const T* g, const T* x, std::int64_t n, double mean,
+                                                  double& sum_g_out, double& sum_gxc_out) {
+  double a = 0, b = 0;
+#pragma omp simd reduction(+ : a, b)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double gv = static_cast<double>(g[i]);
+    a += gv;
+    b += gv * (static_cast<double>(x[i]) - mean);
+  }
+  sum_g_out += a;
+  sum_gxc_out += b;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void grad_input_body(const T* g, const T* x, T* dx, std::int64_t n, T mean, T a, T b,
+                                                   T d) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = a * g[i] + b * (x[i] - mean) + d;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void accumulate_row_body(const T* row, std::int64_t width, double* acc) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+}
+
+template <class T>
+[[gnu::always_inline]] inline void squared_deviation_row_body(const T* row, std::int64_t width, const double* mean,
+                                                              double* acc) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < width; ++j) {
+    const double d = static_cast<double>(row[j]) - mean[j];
+    acc[j] += d * d;
+  }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void affine_row_body(const T* p, T* q, std::int64_t width, const T* shift,
+                                                   const T* scale, const T* offset) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < width; ++j) q[j] = (p[j] - shift[j]) * scale[j] + offset[j];
+}
+
+template <class T>
+[[gnu::always_inline]] inline void grad_sums_row_body(const T* g, const T* x, std::int64_t width, const double* mean,
+                                                      double* sum_g, double* sum_gxc) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < width; ++j) {
+    const double gv = static_cast<double>(g[j]);
+    sum_g[j] += gv;
+    sum_gxc[j] += gv * (static_cast<double>(x[j]) - mean[j]);
+  }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void grad_input_row_body(const T* g, const T* x, T* dx, std::int64_t width,
+                                                       const T* mean, const T* a, const T* b, const T* d) {
+#pragma omp simd
+  for (std::int64_t j = 0; j < width; ++j) dx[j] = a[j] * g[j] + b[j] * (x[j] - mean[j]) + d[j];
+}
+
+}  // namespace
+
+// One dispatched definition per element type; the macro keeps the two copies from drifting apart.
+#define TAPEGRAD_BATCH_NORM_RUNS(T)                                                                               \
+  TAPEGRAD_DISPATCH void shifted_moments(const T* p, std::int64_t n, double x0, double& sum, double& squares) {   \
+    shifted_moments_body(p, n, x0, sum, squares);                                                                 \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void affine(const T* p, T* q, std::int64_t n, T shift, T scale, T offset) {                   \
+    affine_body(p, q, n, shift, scale, offset);                                                                   \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_sums(const T* g, const T* x, std::int64_t n, double mean, double& sum_g,             \
+                                   double& sum_gxc) {                                                             \
+    grad_sums_body(g, x, n, mean, sum_g, sum_gxc);                                                                \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_input(const T* g, const T* x, T* dx, std::int64_t n, T mean, T a, T b, T d) {       \
+    grad_input_body(g, x, dx, n, mean, a, b, d);                                                                  \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void accumulate_row(const T* row, std::int64_t width, double* acc) {                          \
+    accumulate_row_body(row, width, acc);                                                                         \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void accumulate_squared_deviation_row(const T* row, std::int64_t width, const double* mean,   \
+                                                          double* acc) {                                          \
+    squared_deviation_row_body(row, width, mean, acc);                                                            \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void affine_row(const T* p, T* q, std::int64_t width, const T* shift, const T* scale,         \
+                                    const T* offset) {                                                            \
+    affine_row_body(p, q, width, shift, scale, offset);                                                           \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_sums_row(const T* g, const T* x, std::int64_t width, const double* mean,            \
+                                       double* sum_g, double* sum_gxc) {                                          \
+    grad_sums_row_body(g, x, width, mean, sum_g, sum_gxc);                                                        \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_input_row(const T* g, const T* x, T* dx, std::int64_t width, const T* mean,         \
+                                        const T* a, const T* b, const T* d) {                                     \
+    grad_input_row_body(g, x, dx, width, mean, a, b, d);                                                          \
+  }
+
+TAPEGRAD_BATCH_NORM_RUNS(float)
+TAPEGRAD_BATCH_NORM_RUNS(double)
+
+#undef TAPEGRAD_BATCH_NORM_RUNS
+
+}  // namespace tapegrad::kernels

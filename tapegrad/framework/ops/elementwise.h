@@ -1,0 +1,58 @@
+#pragma once
+/// Elementwise ops with NumPy broadcasting. Every floating op here is differentiable.
+#include <optional>
+
+#include <tapegrad/framework/tensor.h>
+
+namespace tapegrad {
+
+// ---- arithmetic (both operands must have the same dtype; shapes broadcast) ----
+Tensor neg(const Tensor& x);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+/// b - a.
+Tensor rsub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+/// b / a.
+Tensor rdiv(const Tensor& a, double b);
+
+// ---- unary math ----
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+/// x^exponent for a scalar exponent (NaN for a negative base and a non-integer exponent, as std::pow).
+Tensor pow(const Tensor& x, double exponent);
+Tensor sqrt(const Tensor& x);
+/// x * x.
+Tensor square(const Tensor& x);
+/// 1 / x.
+Tensor reciprocal(const Tensor& x);
+/// |x|; its gradient at 0 is 0 (sign(0) = 0), as PyTorch.
+Tensor abs(const Tensor& x);
+/// -1, 0 or 1 per element. Not differentiable: the result never requires grad (PyTorch's gradient is 0 anyway).
+Tensor sign(const Tensor& x);
+/// The Gauss error function.
+Tensor erf(const Tensor& x);
+/// Limits values to [min, max]; either bound may be absent. The gradient passes where min <= x <= max.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+
+// ---- operators ----
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+inline Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+
+}  // namespace tapegrad

@@ -1,0 +1,195 @@
+// matmul and linear. Both forward kernels are GEMMs (framework/kernels/gemm.h) over the contiguous row-major
+// storage; both backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
+#include <tapegrad/framework/ops/linalg.h>
+
+#include <Eigen/Core>
+
+#include <algorithm>
+
+#include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/detail/broadcast.h>
+#include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/ops/reduction.h>
+#include <tapegrad/framework/ops/shape_ops.h>
+
+namespace tapegrad {
+
+namespace {
+
+template <class T>
+using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const Matrix<T>>;
+
+// A handle on the same values with another shape that records nothing (for kernels and closures).
+Tensor raw_view(const Tensor& t, const Shape& shape) { return t.detach().reshape(shape); }
+
+Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+
+// op(a) x op(b) for a, b of at least 2 dims, where op transposes the last two dims when asked; the batch
+// dims broadcast. Records nothing: the callers own the tape record.
+// Note: the output is always a fresh tensor, and Eigen writes it with noalias(), so no operand can alias it.
+Tensor batched_product(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {
+  const Shape &as = a.shape(), &bs = b.shape();
+  const std::int64_t a_rows = as[as.size() - 2], a_cols = as.back(), b_rows = bs[bs.size() - 2], b_cols = bs.back();
+  const std::int64_t n = transpose_a ? a_cols : a_rows, k = transpose_a ? a_rows : a_cols;
+  const std::int64_t m = transpose_b ? b_rows : b_cols;
+  const Shape batch = broadcast_shapes(batch_of(as), batch_of(bs), "matmul");
+  Shape out_shape = batch;
+  out_shape.push_back(n);
+  out_shape.push_back(m);
+  Tensor out = empty(out_shape, a.dtype());
+  const std::int64_t batches = shape_numel(batch);
+  // Per-batch offsets of a and b in matrices: broadcast strides over the batch dims (0 where broadcast).
+  const Shape sa = detail::broadcast_strides(batch_of(as), batch), sb = detail::broadcast_strides(batch_of(bs), batch);
+  detail::dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    std::vector<std::int64_t> index(batch.size(), 0);
+    std::int64_t offset_a = 0, offset_b = 0;
+    for (std::int64_t i = 0; i < batches; ++i) {
+      kernels::gemm(transpose_a, transpose_b, n, m, k, T(1), pa + offset_a * a_rows * a_cols, a_cols,
+                    pb + offset_b * b_rows * b_cols, b_cols, T(0), po + i * n * m, m);
+      for (std::size_t d = batch.size(); d-- > 0;) {
+        offset_a += sa[d];
+        offset_b += sb[d];
+        if (++index[d] < batch[d]) break;
+        offset_a -= sa[d] * batch[d];
+        offset_b -= sb[d] * batch[d];
+        index[d] = 0;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  a.check_defined("matmul");
+  b.check_defined("matmul");
+  if (a.dim() == 0 || b.dim() == 0)
+    fail("matmul: both arguments need at least 1 dim, got shapes {} and {}", shape_string(a.shape()),
+         shape_string(b.shape()));
+  if (a.dtype() != b.dtype())
+    fail("matmul: dtype mismatch between {} {} and {} {}", shape_string(a.shape()), dtype_name(a.dtype()),
+         shape_string(b.shape()), dtype_name(b.dtype()));
+  const Shape &as = a.shape(), &bs = b.shape();
+  const std::int64_t k = as.back(), kb = b.dim() == 1 ? bs[0] : bs[bs.size() - 2];
+  if (k != kb)
+    fail("matmul: shapes {} and {} cannot be multiplied ({} != {})", shape_string(as), shape_string(bs), k, kb);
+
+  // Bring both sides to >= 2 dims as PyTorch does, and fold a's batch into its rows when b is a single
+  // matrix ([B, N, K] x [K, M] is one [B*N, K] x [K, M] GEMM). out_shape is the shape the user sees.
+  Shape a2 = as, b2 = bs, out_shape;
+  if (a.dim() == 1) a2 = {1, k};
+  if (b.dim() == 1) b2 = {k, 1};
+  // Note: the rows are the product of the leading dims, not numel / k, which divides by zero when k == 0.
+  if (b2.size() == 2 && a2.size() > 2) a2 = {shape_numel(Shape(as.begin(), as.end() - 1)), k};
+  if (a.dim() >= 2 && b.dim() <= 2) {
+    out_shape.assign(as.begin(), as.end() - 1);
+    if (b.dim() == 2) out_shape.push_back(bs[1]);
+  } else {
+    const Shape batch_a = a.dim() > 2 ? batch_of(as) : Shape{}, batch_b = batch_of(b2);
+    Shape batch;
+    try {
+      batch = broadcast_shapes(batch_a, batch_b, "matmul");
+    } catch (const Error&) {
+      fail("matmul: batch dims of {} and {} cannot be broadcast ({} vs {})", shape_string(as), shape_string(bs),
+           shape_string(batch_a), shape_string(batch_b));
+    }
+    out_shape = batch;
+    if (a.dim() >= 2) out_shape.push_back(as[as.size() - 2]);
+    if (b.dim() >= 2) out_shape.push_back(bs.back());
+  }
+  Tensor product = batched_product(raw_view(a, a2), false, raw_view(b, b2), false);
+  const Shape product_shape = product.shape();
+  Tensor out = product.reshape(out_shape);
+  return record_if_needed("matmul", out, {a, b}, [&] {
+    return [sa = SavedTensor(a, "matmul"), sb = SavedTensor(b, "matmul"), a2, b2, product_shape](const Tensor& g,
+                                                                                                 NeedsGrad needs) {
+      const Tensor &x = sa.get(), &y = sb.get();
+      Tensor ga, gb;
+      if (!is_grad_enabled()) {  // first order: raw GEMMs against transposed operands, nothing copied
+        const Tensor g2 = raw_view(g, product_shape);
+        if (needs[0]) ga = sum_to(batched_product(g2, false, raw_view(y, b2), true), a2).reshape(x.shape());
+        if (needs[1]) gb = sum_to(batched_product(raw_view(x, a2), true, g2, false), b2).reshape(y.shape());
+      } else {  // create_graph: the same formulas as recorded ops, so they are differentiable in g, a and b
+        const Tensor g2 = g.reshape(product_shape);
+        if (needs[0]) ga = sum_to(matmul(g2, transpose(y.reshape(b2), -1, -2)), a2).reshape(x.shape());
+        if (needs[1]) gb = sum_to(matmul(transpose(x.reshape(a2), -1, -2), g2), b2).reshape(y.shape());
+      }
+      return std::vector<Tensor>{ga, gb};
+    };
+  });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  x.check_defined("linear");
+  weight.check_defined("linear");
+  if (weight.dim() != 2) fail("linear: weight must be 2-D [out, in], got {}", shape_string(weight.shape()));
+  if (x.dim() == 0) fail("linear: input must have at least 1 dim, got a 0-dim tensor");
+  const std::int64_t in = weight.size(1), out_features = weight.size(0);
+  if (x.shape().back() != in)
+    fail("linear: input {} and weight {} cannot be multiplied ({} != {})", shape_string(x.shape()),
+         shape_string(weight.shape()), x.shape().back(), in);
+  if (x.dtype() != weight.dtype())
+    fail("linear: dtype mismatch between input {} and weight {}", dtype_name(x.dtype()), dtype_name(weight.dtype()));
+  if (bias.defined() && (bias.shape() != Shape{out_features} || bias.dtype() != x.dtype()))
+    fail("linear: bias must be a {} tensor of shape [{}], got {} {}", dtype_name(x.dtype()), out_features,
+         dtype_name(bias.dtype()), shape_string(bias.shape()));
+  const std::int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));  // not numel / in: in may be 0
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(out_features);
+  Tensor out = empty(out_shape, x.dtype());
+  detail::dispatch_floating(x.dtype(), "linear", [&](auto tag) {
+    using T = decltype(tag);
+    // Note: the bias is written first and the GEMM accumulates onto it (beta = 1), so y is produced in one
+    // pass; one row copy per row.
+    T* y = out.data<T>();
+    if (bias.defined()) {
+      const T* b = bias.data<T>();
+      for (std::int64_t r = 0; r < rows; ++r) std::copy(b, b + out_features, y + r * out_features);
+    }
+    kernels::gemm(false, true, rows, out_features, in, T(1), x.data<T>(), in, weight.data<T>(), in,
+                  bias.defined() ? T(1) : T(0), y, out_features);
+  });
+  return record_if_needed("linear", out, {x, weight, bias}, [&] {
+    return [sx = SavedTensor(x, "linear"), sw = SavedTensor(weight, "linear"), rows, in, out_features](
+               const Tensor& g, NeedsGrad needs) {
+      const Tensor &input = sx.get(), &w = sw.get();
+      std::vector<Tensor> grads(3);
+      if (!is_grad_enabled()) {  // first order (the training hot path): three raw GEMMs / reductions
+        detail::dispatch_floating(g.dtype(), "linear", [&](auto tag) {
+          using T = decltype(tag);
+          ConstMap<T> G(g.data<T>(), rows, out_features);
+          if (needs[0]) {  // dx = g W
+            grads[0] = empty(input.shape(), g.dtype());
+            kernels::gemm(false, false, rows, in, out_features, T(1), g.data<T>(), out_features, w.data<T>(), in,
+                          T(0), grads[0].data<T>(), in);
+          }
+          if (needs[1]) {  // dW = g^T x
+            grads[1] = empty(w.shape(), g.dtype());
+            kernels::gemm(true, false, out_features, in, rows, T(1), g.data<T>(), out_features, input.data<T>(),
+                          in, T(0), grads[1].data<T>(), in);
+          }
+          if (needs[2]) {
+            grads[2] = empty({out_features}, g.dtype());
+            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(grads[2].data<T>(), out_features) = G.colwise().sum();
+          }
+        });
+      } else {  // create_graph: composed recorded ops, differentiable in g, x and W
+        const Tensor g2 = g.reshape({rows, out_features});
+        if (needs[0]) grads[0] = matmul(g2, w).reshape(input.shape());
+        if (needs[1]) grads[1] = matmul(transpose(g2, 0, 1), input.reshape({rows, in}));
+        if (needs[2]) grads[2] = sum(g2, {0});
+      }
+      return grads;
+    };
+  });
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,14 @@
+#pragma once
+/// Linear algebra: matmul with PyTorch's rules, and the fused linear layer op y = x W^T + b.
+#include <tapegrad/framework/tensor.h>
+
+namespace tapegrad {
+
+/// Matrix product with torch.matmul's rules: 1-D x 1-D is a dot product (0-dim result); a 1-D first
+/// argument acts as a row [1, K] and a 1-D second as a column [K, 1], the added dim then removed; with more
+/// than 2 dims the leading (batch) dims broadcast, e.g. [B, N, K] x [K, M] -> [B, N, M].
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// y = x W^T + b in one fused op: x [..., in], weight [out, in], optional bias [out] -> [..., out].
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+}  // namespace tapegrad

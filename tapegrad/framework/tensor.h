@@ -1,0 +1,165 @@
+#pragma once
+/// The N-d tensor handle: shape, dtype, shared contiguous storage, and its autograd identity.
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <tapegrad/framework/dtype.h>
+#include <tapegrad/framework/error.h>
+#include <tapegrad/framework/generator.h>
+#include <tapegrad/framework/shape.h>
+
+namespace tapegrad {
+
+class Storage;
+struct TensorImpl;
+struct AutogradMeta;
+
+/// Note: a Tensor is a handle. Copying a Tensor copies the handle, so both names see the same values and
+/// the same .grad (as in libtorch). Use clone() for an independent copy and detach() for a handle that
+/// shares the values but not the autograd history. Storage is always contiguous and row-major; reshape
+/// and view share storage, transpose/permute/slicing copy.
+class Tensor {
+ public:
+  /// An undefined tensor (no storage); defined() is false.
+  Tensor() = default;
+  /// Wraps an existing implementation (used by factories and ops).
+  explicit Tensor(std::shared_ptr<TensorImpl> impl);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  std::int64_t dim() const;
+  /// Extent of dim `d` (negative counts from the end).
+  std::int64_t size(std::int64_t d) const;
+  std::int64_t numel() const;
+  DType dtype() const;
+
+  /// Typed pointer to the first element; throws when T does not match dtype().
+  template <class T> T* data();
+  template <class T> const T* data() const;
+  /// Untyped pointer to the first element.
+  void* raw_data();
+  const void* raw_data() const;
+
+  /// The single value of a one-element tensor, as double.
+  double item() const;
+  /// Element at a full index, as double (for tests and printing, not for kernels).
+  double at(std::initializer_list<std::int64_t> index) const;
+  /// All values, converted to double, in row-major order.
+  std::vector<double> to_vector() const;
+
+  /// A converted copy (or this handle when the dtype already matches). Differentiable between float types.
+  Tensor to(DType dtype) const;
+  /// An independent copy of the values; differentiable (gradient flows back to this tensor).
+  Tensor clone() const;
+  /// Shares the values, drops the autograd history; the result does not require grad.
+  Tensor detach() const;
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  /// Marks a leaf as requiring grad. Only floating tensors can; non-leaves already track theirs.
+  Tensor& requires_grad_(bool requires_grad = true);
+  /// True for tensors not produced by a recorded op (parameters, inputs, anything detached).
+  bool is_leaf() const;
+  /// The accumulated gradient of a leaf (undefined until a backward reaches it).
+  Tensor grad() const;
+  /// Replaces (or with an undefined tensor, clears) the accumulated gradient of a leaf.
+  void set_grad(const Tensor& grad);
+  /// Name of the op that produced this tensor ("" for leaves).
+  std::string grad_fn_name() const;
+  /// Backpropagates from this tensor. A scalar needs no `gradient`; a non-scalar needs one of its shape.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
+
+  // ---- in-place (bump the version counter; refused on tensors that require grad while grad mode is on) ----
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& source);
+  /// this += alpha * other, with other broadcast to this shape.
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  /// The version counter of the underlying storage (bumped by every in-place op).
+  std::uint64_t version() const;
+
+  /// Same values, new shape with the same numel (one extent may be -1). Shares storage; differentiable.
+  Tensor reshape(const Shape& shape) const;
+  /// Same as reshape (storage is always contiguous).
+  Tensor view(const Shape& shape) const { return reshape(shape); }
+
+  /// Replaces the values, shape and dtype behind this handle with `source`'s (sharing its storage), keeping
+  /// this tensor's identity, so every handle to it sees the change. Used by Module::to and clone. A .grad
+  /// of another shape or dtype is cleared.
+  void set_data(const Tensor& source);
+  /// True for module buffers: they can never require grad.
+  bool is_buffer() const;
+  /// Marks this tensor as a module buffer (Module::register_buffer does this).
+  void mark_as_buffer();
+
+  /// True when both handles point at the same implementation.
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  /// For the autograd machinery and ops.
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+  /// Throws "<op>: expected a defined tensor" when undefined.
+  void check_defined(const char* op) const;
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// ---- factories ----
+/// Options shared by factories: dtype and whether the result is a leaf that requires grad.
+struct TensorOptions {
+  DType dtype = DType::Float32;
+  bool requires_grad = false;
+  TensorOptions& with_dtype(DType d) { dtype = d; return *this; }
+  TensorOptions& with_requires_grad(bool r = true) { requires_grad = r; return *this; }
+};
+/// Uninitialised storage of the given shape (for kernels that overwrite every element).
+Tensor empty(const Shape& shape, DType dtype = DType::Float32);
+Tensor zeros(const Shape& shape, TensorOptions options = {});
+Tensor ones(const Shape& shape, TensorOptions options = {});
+Tensor full(const Shape& shape, double value, TensorOptions options = {});
+Tensor zeros_like(const Tensor& like);
+Tensor ones_like(const Tensor& like);
+Tensor full_like(const Tensor& like, double value);
+/// 0-dim tensor holding `value`.
+Tensor scalar_tensor(double value, DType dtype = DType::Float32);
+/// [start, start+step, ...) below end.
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::Float32);
+Tensor arange(std::int64_t end, DType dtype = DType::Int64);
+/// Values in row-major order with a shape (numel must match).
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions options = {});
+Tensor from_vector(const std::vector<float>& values, const Shape& shape, TensorOptions options = {});
+Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape);
+/// `tensor({1, 2, 3, 4}, {2, 2})`.
+Tensor tensor(std::initializer_list<double> values, const Shape& shape, TensorOptions options = {});
+/// Uniform in [0, 1).
+Tensor rand(const Shape& shape, Generator& generator = default_generator(), TensorOptions options = {});
+/// Standard normal.
+Tensor randn(const Shape& shape, Generator& generator = default_generator(), TensorOptions options = {});
+Tensor uniform(const Shape& shape, double low, double high, Generator& generator = default_generator(),
+               TensorOptions options = {});
+Tensor normal(const Shape& shape, double mean, double stddev, Generator& generator = default_generator(),
+              TensorOptions options = {});
+/// Integers uniform in [low, high).
+Tensor randint(std::int64_t low, std::int64_t high, const Shape& shape, Generator& generator = default_generator());
+
+/// PyTorch-like text: values, then shape, dtype and grad_fn or requires_grad when set.
+std::string to_string(const Tensor& tensor);
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
+
+}  // namespace tapegrad
+
+template <>
+struct fmt::formatter<tapegrad::Tensor> : fmt::formatter<std::string> {
+  template <class Context>
+  auto format(const tapegrad::Tensor& t, Context& ctx) const {
+    return fmt::formatter<std::string>::format(tapegrad::to_string(t), ctx);
+  }
+};

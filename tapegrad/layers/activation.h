@@ -1,0 +1,87 @@
+#pragma once
+/// Activation modules: stateless wrappers around the activation ops, so they can sit in a Sequential.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <tapegrad/framework/module.h>
+#include <tapegrad/framework/ops/activation.h>
+
+namespace tapegrad::nn {
+
+/// max(x, 0).
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& input) override;
+  std::shared_ptr<Module> clone() const override;
+};
+
+/// x for x > 0, negative_slope * x otherwise.
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : Module("LeakyReLU"), negative_slope_(negative_slope) {}
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::shared_ptr<Module> clone() const override;
+  double negative_slope() const { return negative_slope_; }
+
+ private:
+  double negative_slope_;
+};
+
+/// Gaussian error linear unit, exact (erf) or with PyTorch's tanh approximation.
+class GELU : public Module {
+ public:
+  explicit GELU(GeluApproximate approximate = GeluApproximate::None) : Module("GELU"), approximate_(approximate) {}
+  /// "none" or "tanh", as PyTorch.
+  explicit GELU(std::string_view approximate);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::shared_ptr<Module> clone() const override;
+
+ private:
+  GeluApproximate approximate_;
+};
+
+/// 1 / (1 + exp(-x)).
+class Sigmoid : public Module {
+ public:
+  Sigmoid() : Module("Sigmoid") {}
+  Tensor forward(const Tensor& input) override;
+  std::shared_ptr<Module> clone() const override;
+};
+
+class Tanh : public Module {
+ public:
+  Tanh() : Module("Tanh") {}
+  Tensor forward(const Tensor& input) override;
+  std::shared_ptr<Module> clone() const override;
+};
+
+/// softmax along `dim` (negative counts from the end).
+class Softmax : public Module {
+ public:
+  explicit Softmax(std::int64_t dim) : Module("Softmax"), dim_(dim) {}
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::shared_ptr<Module> clone() const override;
+
+ private:
+  std::int64_t dim_;
+};
+
+/// log_softmax along `dim` (negative counts from the end).
+class LogSoftmax : public Module {
+ public:
+  explicit LogSoftmax(std::int64_t dim) : Module("LogSoftmax"), dim_(dim) {}
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  std::shared_ptr<Module> clone() const override;
+
+ private:
+  std::int64_t dim_;
+};
+
+}  // namespace tapegrad::nn

@@ -1,0 +1,64 @@
+#include <tapegrad/layers/dropout.h>
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+#include <tapegrad/framework/generator.h>
+#include <tapegrad/framework/ops/dropout.h>
+
+namespace tapegrad::nn {
+
+namespace {
+// SplitMix64's finaliser: a bijection on 64-bit words that spreads nearby inputs far apart.
+std::uint64_t mix(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15u;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+Dropout::Dropout(DropoutOptions options) : Module("Dropout"), options_(options) {
+  if (!(options.p >= 0.0 && options.p <= 1.0))
+    fail("Dropout: probability has to be between 0 and 1, but got {}", options.p);
+  const std::uint64_t seed = options.seed ? *options.seed : default_generator().next_bits();
+  Tensor seed_bits = zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64));
+  *seed_bits.data<std::int64_t>() = std::bit_cast<std::int64_t>(seed);
+  mask_seed = register_buffer("mask_seed", seed_bits);
+  num_masks_drawn = register_buffer("num_masks_drawn", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
+}
+
+std::uint64_t Dropout::seed() const { return std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>()); }
+
+// Note: mix is a bijection, so for one seed every call k gets a different generator seed.
+Tensor Dropout::forward(const Tensor& input) {
+  if (!is_training()) return dropout(input, options_.p, false);
+  std::int64_t& calls = *num_masks_drawn.data<std::int64_t>();
+  // Note: the count may come from a file; the largest one cannot be incremented.
+  if (calls < 0 || calls == std::numeric_limits<std::int64_t>::max())
+    fail("Dropout: num_masks_drawn is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", calls);
+  Generator generator(mix(seed() ^ mix(static_cast<std::uint64_t>(calls))));
+  Tensor output = dropout(input, options_.p, true, generator);
+  ++calls;  // only after the op, so a rejected input does not move the stream
+  return output;
+}
+
+std::string Dropout::extra_repr() const { return fmt::format("p={}", options_.p); }
+
+// Note: the copy is built with this layer's seed, so cloning draws nothing from the default generator.
+std::shared_ptr<Module> Dropout::clone() const {
+  return clone_into(std::make_shared<Dropout>(DropoutOptions{options_}.with_seed(seed())));
+}
+
+void Dropout::upgrade_state(NamedTensors& state, const std::string& prefix, int from_version) const {
+  auto add_if_absent = [&](const std::string& name, const Tensor& value) {
+    const std::string key = prefix + name;
+    const bool present = std::any_of(state.begin(), state.end(), [&](const auto& entry) { return entry.first == key; });
+    if (!present) state.emplace_back(key, value);
+  };
+  if (from_version < 2) add_if_absent("num_masks_drawn", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
+  if (from_version < 3) add_if_absent("mask_seed", mask_seed.clone());
+}
+
+}  // namespace tapegrad::nn

@@ -1,0 +1,61 @@
+#pragma once
+/// Adam (L2 weight decay in the gradient) and AdamW (decoupled weight decay), with amsgrad (PyTorch's formulas).
+#include <utility>
+#include <vector>
+
+#include <tapegrad/optim/optimizer.h>
+
+namespace tapegrad::optim {
+
+/// Adam's hyperparameters, PyTorch's defaults.
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+/// AdamW's hyperparameters: as Adam's, but weight decay defaults to 0.01.
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+/// Note: PyTorch's formula. t += 1; g = ±grad + weight_decay * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+/// (amsgrad: vmax = max(vmax, v), used instead of v); p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+/// Group hyperparameters: lr, beta1, beta2, eps, weight_decay, amsgrad, maximize.
+/// Per-parameter state: "step" (int64), "exp_avg", "exp_avg_sq", and "max_exp_avg_sq" with amsgrad.
+class Adam : public Optimizer {
+ public:
+  /// One group holding `params` (usually model.parameters()).
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  /// Several groups, each overriding some of `options` by name.
+  Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+
+ protected:
+  /// For AdamW: `decoupled` applies weight decay to p directly instead of adding it to the gradient.
+  Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled);
+  void update(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state) override;
+  void validate(const Options& options) const override;
+  std::vector<std::string> required_state_keys() const override { return {"step", "exp_avg", "exp_avg_sq"}; }
+  std::vector<std::string> optional_state_keys() const override { return {"max_exp_avg_sq"}; }
+
+ private:
+  bool decoupled_;
+};
+
+/// Note: AdamW first shrinks p *= (1 - lr * weight_decay), then takes the Adam step with no decay term in g,
+/// so the decay does not pass through the adaptive scaling (Loshchilov and Hutter's decoupled weight decay).
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options = {});
+};
+
+}  // namespace tapegrad::optim

@@ -1,0 +1,38 @@
+#pragma once
+/// Stochastic gradient descent with momentum, dampening, Nesterov, weight decay and maximize (PyTorch's SGD).
+#include <limits>
+#include <vector>
+
+#include <tapegrad/optim/optimizer.h>
+
+namespace tapegrad::optim {
+
+/// SGD's hyperparameters; `lr` has no default (as in PyTorch) and must be set.
+struct SGDOptions {
+  double lr = std::numeric_limits<double>::quiet_NaN();
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+
+/// Note: PyTorch's formula. g = ±grad + weight_decay * p; with momentum the buffer starts as g and then
+/// becomes momentum * buf + (1 - dampening) * g; Nesterov steps along g + momentum * buf, plain momentum
+/// along buf; p -= lr * step. Group hyperparameters: lr, momentum, dampening, weight_decay, nesterov, maximize.
+/// Per-parameter state: "momentum_buffer" (only with momentum).
+class SGD : public Optimizer {
+ public:
+  /// One group holding `params` (usually model.parameters()).
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  /// Several groups, each overriding some of `options` by name.
+  SGD(std::vector<ParamGroup> groups, SGDOptions options);
+
+ protected:
+  void update(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state) override;
+  void validate(const Options& options) const override;
+  std::vector<std::string> required_state_keys() const override { return {}; }
+  std::vector<std::string> optional_state_keys() const override { return {"momentum_buffer"}; }
+};
+
+}  // namespace tapegrad::optim
