@@ -9,9 +9,9 @@ set -euo pipefail
 packages=(build-essential cmake g++ libeigen3-dev libboost-serialization-dev libfmt-dev
           catch2 librapidcheck-dev libbenchmark-dev libcli11-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
           libopenmpi-dev openmpi-bin libzip-dev zipcmp zipmerge ziptool nlohmann-json3-dev libdnnl-dev
-          python3-torch qemu-user)
+          python3-torch qemu-user pkg-config)
 # Note: python3-torch for the PyTorch interop tests (tests/interop), never linked; qemu-user for the
-# portability check (scripts/portability.sh). zipcmp, zipmerge and ziptool:
+# portability check (scripts/portability.sh); pkg-config for scripts/check_package.sh. zipcmp, zipmerge and ziptool:
 # libzip-dev's CMake config refers to these programs and fails without them, though the library is all we use.
 for arg in "$@"; do
   case "$arg" in

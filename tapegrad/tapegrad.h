@@ -26,6 +26,7 @@
 #include <tapegrad/framework/ops/shape_ops.h>
 #include <tapegrad/framework/ops/softmax.h>
 #include <tapegrad/framework/parallel.h>
+#include <tapegrad/framework/serialize/checkpoint.h>
 #include <tapegrad/framework/serialize/interop.h>
 #include <tapegrad/framework/tensor.h>
 #include <tapegrad/layers/activation.h>
@@ -46,3 +47,4 @@
 #include <tapegrad/optim/optimizer.h>
 #include <tapegrad/optim/rmsprop.h>
 #include <tapegrad/optim/sgd.h>
+#include <tapegrad/version.h>

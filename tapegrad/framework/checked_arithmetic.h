@@ -1,11 +1,14 @@
 #pragma once
 /// Overflow-checked products and sums for element counts and byte counts, throwing tapegrad::Error.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 
 #include <tapegrad/framework/error.h>
 #include <tapegrad/framework/shape.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -57,3 +60,5 @@ inline std::size_t checked_bytes(const Shape& shape, std::size_t element_size, c
 }
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,8 +1,11 @@
 #pragma once
 /// Element types a Tensor can hold, and the compile-time mapping to C++ types.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -23,3 +26,5 @@ template <> constexpr DType dtype_of<double>() { return DType::Float64; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::Int64; }
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,5 +1,6 @@
 #pragma once
 /// tapegrad's exception type and the helpers that build its messages.
+#include <tapegrad/export.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -7,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -23,3 +26,5 @@ template <class... Args>
 }
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,8 +1,11 @@
 #pragma once
 /// Seedable random number generators; every random factory and layer initialiser takes one.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <random>
 #include <string>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -45,3 +48,5 @@ Generator& default_generator();
 void manual_seed(std::uint64_t seed);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -3,12 +3,15 @@
 /// nothing (it runs under NoGradGuard, so parameters that require grad can be initialised) and draws from
 /// the given generator, so a seeded generator gives a reproducible model. The tensor is taken as a handle
 /// (copies alias), so `init::zeros_(module.parameter("bias"))` writes into the module; the handle is returned.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <string_view>
 #include <utility>
 
 #include <tapegrad/framework/generator.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::init {
 
@@ -47,3 +50,5 @@ Tensor kaiming_normal_(Tensor tensor, double a = 0.0, FanMode mode = FanMode::Fa
                        Nonlinearity nonlinearity = Nonlinearity::LeakyReLU, Generator& generator = default_generator());
 
 }  // namespace tapegrad::init
+
+TAPEGRAD_API_END

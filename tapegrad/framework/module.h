@@ -1,5 +1,6 @@
 #pragma once
 /// The Module base class: parameters, buffers and child modules, registered by name.
+#include <tapegrad/export.h>
 #include <functional>
 #include <map>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -134,3 +137,5 @@ class Module {
 std::ostream& operator<<(std::ostream& out, const Module& module);
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

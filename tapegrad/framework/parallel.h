@@ -1,5 +1,8 @@
 #pragma once
 /// How many threads tapegrad's kernels (OpenMP loops and Eigen products) may use.
+#include <tapegrad/export.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -9,3 +12,5 @@ void set_num_threads(int num_threads);
 int get_num_threads();
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

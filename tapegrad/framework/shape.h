@@ -1,8 +1,11 @@
 #pragma once
 /// Shapes, dims and NumPy broadcasting rules.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -21,3 +24,5 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 std::int64_t normalize_dim(std::int64_t dim, std::int64_t ndim, const char* op);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,7 +1,10 @@
 #pragma once
 /// A reference-counted, 64-byte aligned block of elements shared by tensor handles and views.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <cstdint>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -27,3 +30,5 @@ class Storage {
 };
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

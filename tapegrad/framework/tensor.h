@@ -1,5 +1,6 @@
 #pragma once
 /// The N-d tensor handle: shape, dtype, shared contiguous storage, and its autograd identity.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
@@ -13,6 +14,8 @@
 #include <tapegrad/framework/error.h>
 #include <tapegrad/framework/generator.h>
 #include <tapegrad/framework/shape.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -163,3 +166,5 @@ struct fmt::formatter<tapegrad::Tensor> : fmt::formatter<std::string> {
     return fmt::formatter<std::string>::format(tapegrad::to_string(t), ctx);
   }
 };
+
+TAPEGRAD_API_END

@@ -1,5 +1,6 @@
 #pragma once
 /// Activation modules: stateless wrappers around the activation ops, so they can sit in a Sequential.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -7,6 +8,8 @@
 
 #include <tapegrad/framework/module.h>
 #include <tapegrad/framework/ops/activation.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -85,3 +88,5 @@ class LogSoftmax : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

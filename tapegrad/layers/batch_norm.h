@@ -1,5 +1,6 @@
 #pragma once
 /// BatchNorm1d and BatchNorm2d with PyTorch's semantics: batch statistics in training, running ones in eval.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -7,6 +8,8 @@
 #include <string>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -116,3 +119,5 @@ class BatchNorm2d : public BatchNormBase {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

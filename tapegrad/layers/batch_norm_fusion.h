@@ -1,9 +1,12 @@
 #pragma once
 /// fuse_batchnorm: an inference copy of a model with each Conv2d->BatchNorm2d and Linear->BatchNorm1d pair folded.
+#include <tapegrad/export.h>
 #include <memory>
 #include <string>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -37,3 +40,5 @@ class FoldedBatchNorm : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

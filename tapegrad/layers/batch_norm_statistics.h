@@ -1,11 +1,14 @@
 #pragma once
 /// recompute_batchnorm_statistics: exact population statistics for every BatchNorm, from a pass over data.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <functional>
 #include <optional>
 
 #include <tapegrad/framework/data/data_loader.h>
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -33,3 +36,5 @@ std::int64_t recompute_batchnorm_statistics(Module& model, data::DataLoader& loa
                                             std::optional<std::int64_t> max_batches = std::nullopt);
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

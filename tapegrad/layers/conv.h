@@ -1,11 +1,14 @@
 #pragma once
 /// nn::Conv2d: a 2-d convolution layer over [N, C, H, W], with PyTorch's options and default initialisation.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include <tapegrad/framework/module.h>
 #include <tapegrad/framework/ops/conv.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -60,3 +63,5 @@ class Conv2d : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

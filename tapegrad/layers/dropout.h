@@ -1,11 +1,14 @@
 #pragma once
 /// nn::Dropout: inverted dropout in training mode, the identity in eval mode, with its own random stream.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -59,3 +62,5 @@ class Dropout : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

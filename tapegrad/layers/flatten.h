@@ -1,10 +1,13 @@
 #pragma once
 /// nn::Flatten: merges dims start_dim..end_dim into one (default: everything but the batch dim).
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -22,3 +25,5 @@ class Flatten : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// nn::LayerNorm: normalises each sample over its trailing dims. It has parameters but no buffers.
+#include <tapegrad/export.h>
 #include <memory>
 #include <string>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -56,3 +59,5 @@ class LayerNorm : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

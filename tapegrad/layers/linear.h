@@ -1,10 +1,13 @@
 #pragma once
 /// nn::Linear: y = x W^T + b over the last dim, with PyTorch's default initialisation.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -58,3 +61,5 @@ class Linear : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

@@ -1,5 +1,6 @@
 #pragma once
 /// Pooling layers over [N, C, H, W]: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d. They hold no parameters.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -7,6 +8,8 @@
 
 #include <tapegrad/framework/module.h>
 #include <tapegrad/framework/ops/pool.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -89,3 +92,5 @@ class AdaptiveAvgPool2d : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

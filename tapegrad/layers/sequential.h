@@ -1,5 +1,6 @@
 #pragma once
 /// nn::Sequential: children applied one after another, named "0", "1", ... in order.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <initializer_list>
 #include <memory>
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
@@ -50,3 +53,5 @@ class Sequential : public Module {
 };
 
 }  // namespace tapegrad::nn
+
+TAPEGRAD_API_END

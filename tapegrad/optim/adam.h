@@ -1,9 +1,12 @@
 #pragma once
 /// Adam (L2 weight decay in the gradient) and AdamW (decoupled weight decay), with amsgrad (PyTorch's formulas).
+#include <tapegrad/export.h>
 #include <utility>
 #include <vector>
 
 #include <tapegrad/optim/optimizer.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -59,3 +62,5 @@ class AdamW : public Adam {
 };
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// Gradient clipping by total norm or by value (PyTorch's torch.nn.utils.clip_grad_norm_ / clip_grad_value_).
+#include <tapegrad/export.h>
 #include <limits>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -21,3 +24,5 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 inline constexpr double inf_norm = std::numeric_limits<double>::infinity();
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

@@ -1,6 +1,7 @@
 #pragma once
 /// Learning-rate schedules with PyTorch's chainable formulas: StepLR, MultiStepLR, ExponentialLR,
 /// CosineAnnealingLR, LinearLR (warm-up), and SequentialLR / ChainedScheduler to combine them.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <tapegrad/optim/optimizer.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -180,3 +183,5 @@ class ChainedScheduler : public LRScheduler {
 };
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

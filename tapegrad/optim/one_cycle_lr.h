@@ -1,9 +1,12 @@
 #pragma once
 /// OneCycleLR: Smith's one-cycle policy (warm up to max_lr, anneal far below the start), PyTorch's formulas.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <vector>
 
 #include <tapegrad/optim/lr_scheduler.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -50,3 +53,5 @@ class OneCycleLR : public LRScheduler {
 };
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

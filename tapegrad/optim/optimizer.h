@@ -1,5 +1,6 @@
 #pragma once
 /// The Optimizer base: parameter groups with their hyperparameters, zero_grad, step, and named state.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -7,6 +8,8 @@
 
 #include <tapegrad/framework/module.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -94,3 +97,5 @@ class Optimizer {
 };
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

@@ -1,8 +1,11 @@
 #pragma once
 /// RMSprop with optional centering, momentum, weight decay and maximize (PyTorch's RMSprop).
+#include <tapegrad/export.h>
 #include <vector>
 
 #include <tapegrad/optim/optimizer.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -37,3 +40,5 @@ class RMSprop : public Optimizer {
 };
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// Stochastic gradient descent with momentum, dampening, Nesterov, weight decay and maximize (PyTorch's SGD).
+#include <tapegrad/export.h>
 #include <limits>
 #include <vector>
 
 #include <tapegrad/optim/optimizer.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::optim {
 
@@ -36,3 +39,5 @@ class SGD : public Optimizer {
 };
 
 }  // namespace tapegrad::optim
+
+TAPEGRAD_API_END

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <filesystem>
 
 int main() {
@@ -37,6 +38,11 @@ int main() {
       return 1;
     }
   }
-  std::printf("consumer: OK (tapegrad %s)\n", "found through find_package");
+  // The headers compiled against and the library loaded must be one release.
+  if (std::string(tapegrad::version()) != TAPEGRAD_VERSION_STRING) {
+    std::printf("consumer: headers %s but library %s\n", TAPEGRAD_VERSION_STRING, tapegrad::version());
+    return 1;
+  }
+  std::printf("consumer: OK (tapegrad %s)\n", tapegrad::version());
   return 0;
 }

@@ -1,5 +1,6 @@
 #pragma once
 /// What an op author needs to make an op differentiable: one record on the tape with a backward closure.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -7,6 +8,8 @@
 
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -57,3 +60,5 @@ class SavedTensor {
 };
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,5 +1,8 @@
 #pragma once
 /// Thread-local grad mode: whether ops record on the tape.
+#include <tapegrad/export.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -27,3 +30,5 @@ class NoGradGuard : public GradModeGuard {
 };
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// The calling thread's tape: inspection, and gradients of several outputs at once.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -27,3 +30,5 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 
 }  // namespace autograd
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

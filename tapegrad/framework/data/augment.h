@@ -1,9 +1,12 @@
 #pragma once
 /// Simple image augmentation for mini-batches: random crop with padding, random horizontal flip.
+#include <tapegrad/export.h>
 #include <cstdint>
 
 #include <tapegrad/framework/generator.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::data {
 
@@ -24,3 +27,5 @@ struct Augmentation {
 Tensor augment(const Tensor& images, const Augmentation& augmentation, Generator& generator);
 
 }  // namespace tapegrad::data
+
+TAPEGRAD_API_END

@@ -1,5 +1,6 @@
 #pragma once
 /// DataLoader: mini-batches over a TensorDataset, shuffled and augmented reproducibly per epoch.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -8,6 +9,8 @@
 #include <tapegrad/framework/data/augment.h>
 #include <tapegrad/framework/data/dataset.h>
 #include <tapegrad/framework/data/sampler.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::data {
 
@@ -86,3 +89,5 @@ class DataLoader {
 };
 
 }  // namespace tapegrad::data
+
+TAPEGRAD_API_END

@@ -1,5 +1,6 @@
 #pragma once
 /// Datasets held in memory as tensors, and the Fashion-MNIST loader.
+#include <tapegrad/export.h>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::data {
 
@@ -74,3 +77,5 @@ class FashionMNIST : public TensorDataset {
 std::array<double, 2> pixel_mean_std(const Tensor& images);
 
 }  // namespace tapegrad::data
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// DistributedSampler: each rank's disjoint shard of the same per-epoch order.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <vector>
 
 #include <tapegrad/framework/data/sampler.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::data {
 
@@ -36,3 +39,5 @@ class DistributedSampler : public IndexSampler {
 };
 
 }  // namespace tapegrad::data
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// Readers for IDX files (the MNIST / Fashion-MNIST format), gzip-compressed or plain.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <string>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::data {
 
@@ -28,3 +31,5 @@ Tensor read_idx_images(const std::string& path, bool scale_to_unit = true);
 Tensor read_idx_labels(const std::string& path);
 
 }  // namespace tapegrad::data
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// Index samplers: which examples an epoch visits, in which order.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <vector>
 
 #include <tapegrad/framework/generator.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::data {
 
@@ -51,3 +54,5 @@ std::int64_t random_below(Generator& generator, std::int64_t bound);
 std::vector<std::int64_t> random_permutation(std::int64_t n, Generator& generator);
 
 }  // namespace tapegrad::data
+
+TAPEGRAD_API_END

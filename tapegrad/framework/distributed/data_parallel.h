@@ -1,10 +1,13 @@
 #pragma once
 /// DistributedDataParallel: one model replica per rank, kept identical by averaging gradients across ranks.
+#include <tapegrad/export.h>
 #include <cstddef>
 #include <memory>
 
 #include <tapegrad/framework/distributed/process_group.h>
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::distributed {
 
@@ -53,3 +56,5 @@ class DistributedDataParallel {
 };
 
 }  // namespace tapegrad::distributed
+
+TAPEGRAD_API_END

@@ -1,10 +1,13 @@
 #pragma once
 /// The MPI process group: rank, world size and collectives (allreduce, broadcast, allgather) on tensors.
+#include <tapegrad/export.h>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::distributed {
 
@@ -57,3 +60,5 @@ class ProcessGroup {
 int run_or_abort(const std::function<void()>& fn);
 
 }  // namespace tapegrad::distributed
+
+TAPEGRAD_API_END

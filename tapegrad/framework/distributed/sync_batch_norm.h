@@ -1,9 +1,12 @@
 #pragma once
 /// SyncBatchNorm: BatchNorm whose training statistics are those of the global batch over every rank.
+#include <tapegrad/export.h>
 #include <memory>
 
 #include <tapegrad/framework/distributed/process_group.h>
 #include <tapegrad/layers/batch_norm.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::distributed {
 
@@ -51,3 +54,5 @@ class SyncBatchNorm : public nn::BatchNormBase {
 int convert_sync_batchnorm(nn::Module& model, const ProcessGroup& group);
 
 }  // namespace tapegrad::distributed
+
+TAPEGRAD_API_END

@@ -1,6 +1,7 @@
 #pragma once
 /// RapidCheck generators for tensors and broadcastable shapes, for gradient and invariance properties.
 /// Header-only: include it from a test that links rapidcheck.
+#include <tapegrad/export.h>
 #include <rapidcheck.h>
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad::gen {
 
@@ -70,3 +73,5 @@ inline rc::Gen<std::pair<Shape, Shape>> broadcast_pair(int max_dims = 3, std::in
 }
 
 }  // namespace tapegrad::gen
+
+TAPEGRAD_API_END

@@ -1,10 +1,13 @@
 #pragma once
 /// Gradient checking against central finite differences, for tapegrad's own ops and for users' layers.
+#include <tapegrad/export.h>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -38,3 +41,5 @@ GradcheckResult gradgradcheck(const TensorFunction& f, const std::vector<Tensor>
                               const GradcheckOptions& options = {}, std::uint64_t seed = 0);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

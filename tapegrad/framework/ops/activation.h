@@ -1,8 +1,11 @@
 #pragma once
 /// Activation functions, elementwise and differentiable to any order (formulas as PyTorch).
+#include <tapegrad/export.h>
 #include <string_view>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -24,3 +27,5 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None
 Tensor gelu(const Tensor& x, std::string_view approximate);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

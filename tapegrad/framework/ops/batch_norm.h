@@ -1,6 +1,9 @@
 #pragma once
 /// Fused BatchNorm kernels over [N, C], [N, C, L] and [N, C, H, W]: training and eval forward, one tape record each.
+#include <tapegrad/export.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -29,3 +32,5 @@ Tensor batch_norm_eval(const Tensor& input, const Tensor& mean, const Tensor& va
                        const Tensor& bias, double eps);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

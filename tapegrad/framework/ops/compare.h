@@ -2,7 +2,10 @@
 /// Comparisons returning masks, and selection by mask (where, masked_fill).
 /// Note: tapegrad has no bool dtype. A mask is a tensor of its inputs' dtype holding 1 and 0; comparisons
 /// never require grad. Ops that take a mask accept any dtype and treat non-zero as true.
+#include <tapegrad/export.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -26,3 +29,5 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -3,10 +3,13 @@
 /// Note: conv2d is bilinear in (input, weight), so its gradient w.r.t. the input is conv2d_input_grad and
 /// w.r.t. the weight conv2d_weight_grad; each of those is again bilinear and differentiates into the other
 /// two. The three ops are closed under differentiation, which is what makes double backward work.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <string>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -41,3 +44,5 @@ std::int64_t conv_output_size(std::int64_t input, std::int64_t kernel, std::int6
                               std::int64_t dilation);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

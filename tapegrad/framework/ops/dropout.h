@@ -1,7 +1,10 @@
 #pragma once
 /// Inverted dropout as one op: out = x * mask / (1 - p), with the mask drawn from a generator.
+#include <tapegrad/export.h>
 #include <tapegrad/framework/generator.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -11,3 +14,5 @@ namespace tapegrad {
 Tensor dropout(const Tensor& x, double p, bool training, Generator& generator = default_generator());
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,8 +1,11 @@
 #pragma once
 /// Elementwise ops with NumPy broadcasting. Every floating op here is differentiable.
+#include <tapegrad/export.h>
 #include <optional>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -56,3 +59,5 @@ inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 inline Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,6 +1,9 @@
 #pragma once
 /// Layer normalisation over the trailing dims, as one fused op.
+#include <tapegrad/export.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -11,3 +14,5 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

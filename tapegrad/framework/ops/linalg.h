@@ -1,6 +1,9 @@
 #pragma once
 /// Linear algebra: matmul with PyTorch's rules, and the fused linear layer op y = x W^T + b.
+#include <tapegrad/export.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -12,3 +15,5 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

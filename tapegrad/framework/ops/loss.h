@@ -2,9 +2,12 @@
 /// Loss functions with PyTorch's formulas and reductions. cross_entropy, nll_loss and
 /// binary_cross_entropy_with_logits are fused ops (one tape record each before the reduction); mse_loss
 /// and l1_loss are compositions of elementwise ops.
+#include <tapegrad/export.h>
 #include <cstdint>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -49,3 +52,5 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                                         const BceWithLogitsOptions& options = {});
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -4,12 +4,15 @@
 /// ceil_mode (where a last window that would start in the right padding is dropped). Padding may be at
 /// most half the kernel. Unlike PyTorch, a dilated max-pool window that holds only padding is an error
 /// (PyTorch returns -inf there with an index outside the plane).
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <optional>
 #include <utility>
 
 #include <tapegrad/framework/ops/conv.h>
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -33,3 +36,5 @@ Tensor avg_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPai
 Tensor adaptive_avg_pool2d(const Tensor& input, IntPair output_size);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

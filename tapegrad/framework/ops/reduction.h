@@ -1,8 +1,11 @@
 #pragma once
 /// Reductions over all or chosen dims, and the broadcast/sum-to pair that broadcasting gradients use.
+#include <tapegrad/export.h>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -48,3 +51,5 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -3,10 +3,13 @@
 /// Note: storage is always contiguous, so ops that reorder elements (transpose, permute, cat, stack, slice,
 /// index_select, gather) copy into a new tensor; flatten, squeeze and unsqueeze only relabel the shape and
 /// share storage, like Tensor::reshape (and like the views PyTorch returns for them).
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -41,3 +44,5 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index);
 Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,9 +1,12 @@
 #pragma once
 /// Numerically stable exponential normalisations: logsumexp, softmax, log_softmax.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <vector>
 
 #include <tapegrad/framework/tensor.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -15,3 +18,5 @@ Tensor softmax(const Tensor& x, std::int64_t dim);
 Tensor log_softmax(const Tensor& x, std::int64_t dim);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

@@ -1,5 +1,6 @@
 #pragma once
 /// Saving and loading model state and whole training runs (Boost.Serialization archives).
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <iosfwd>
 #include <map>
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -76,3 +79,5 @@ nn::LoadResult load(nn::Module& module, std::istream& in, bool strict = true);
 const char* entry_kind_name(EntryKind kind);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END

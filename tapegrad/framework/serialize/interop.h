@@ -1,11 +1,14 @@
 #pragma once
 /// Model state in PyTorch's formats: torch.save state dicts (zip) and safetensors, read and written.
+#include <tapegrad/export.h>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <tapegrad/framework/module.h>
+
+TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
@@ -53,3 +56,5 @@ nn::LoadResult load_foreign_state(nn::Module& module, const std::vector<ForeignT
                                   const std::string& source);
 
 }  // namespace tapegrad
+
+TAPEGRAD_API_END
