@@ -1,4 +1,5 @@
-// Fused BatchNorm: per-channel kernels (forward and backward side by side) and the two tape records.
+// BatchNorm's passes over a whole input: batch statistics, the per-channel affine map, the gradient sums and the
+// training dx, each choosing its visiting order and its threads (the innermost loops are batch_norm_runs.cpp).
 //
 // Note: the input is viewed as [N, C, S] with S the product of the dims after the channel dim. With S > 1
 // (conv feature maps) each thread owns whole channels and walks N contiguous runs of S values; a channel's
