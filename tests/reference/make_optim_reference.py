@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/data/optim_reference.txt: PyTorch's optimizer trajectories, learning-rate schedules and
-gradient-clipping results, for tests/test_optim.cpp and tests/test_lr_scheduler.cpp.
+gradient-clipping results, for tests/test_optim.cpp, tests/test_optim_options.cpp and tests/test_lr_scheduler.cpp.
 
 Run with Debian's python3-torch (apt-get install python3-torch):
     /usr/bin/python3 tests/reference/make_optim_reference.py

@@ -1,6 +1,6 @@
 #pragma once
 // Readers of the PyTorch reference files in tests/data (`key values...` lines), written by the scripts in
-// tests/reference: optim_reference.txt (test_optim, test_lr_scheduler), large_logit_reference.txt
+// tests/reference: optim_reference.txt (test_optim, test_optim_options, test_lr_scheduler), large_logit_reference.txt
 // (test_loss_numerics).
 #include <catch2/catch.hpp>
 

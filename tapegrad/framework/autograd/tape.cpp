@@ -7,8 +7,9 @@
 #include <deque>
 
 #include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/detail/broadcast.h>
+#include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
-#include <tapegrad/framework/ops/elementwise.h>
 
 namespace tapegrad {
 
@@ -59,9 +60,32 @@ bool storage_is_unshared(const Tensor& g) {
   return g.impl().use_count() == 1 && g.impl()->storage.use_count() == 1;
 }
 
+// Note: the tape adds gradients itself rather than calling the add op, so autograd needs nothing from ops, the
+// level above it. By BackwardFn's contract a gradient has its tensor's shape and dtype, so the sum is the add
+// op's same-shape case; under create_graph it is recorded as "add" (each term receives the incoming gradient),
+// so the sum stays differentiable.
+Tensor add_gradients(const Tensor& existing, const Tensor& incoming) {
+  if (existing.shape() != incoming.shape() || existing.dtype() != incoming.dtype())
+    fail("backward: a gradient of shape {} ({}) arrived for a tensor whose gradient so far is {} ({}); a backward "
+         "function must return each input's gradient in that input's shape and dtype",
+         shape_string(incoming.shape()), dtype_name(incoming.dtype()), shape_string(existing.shape()),
+         dtype_name(existing.dtype()));
+  Tensor sum = empty(existing.shape(), existing.dtype());
+  detail::dispatch_floating(existing.dtype(), "add", [&](auto tag) {
+    using T = decltype(tag);
+    detail::broadcast_binary(existing.data<T>(), existing.shape(), incoming.data<T>(), incoming.shape(),
+                             sum.data<T>(), sum.shape(), [](T x, T y) { return x + y; });
+  });
+  return record_if_needed("add", sum, {existing, incoming}, [] {
+    return [](const Tensor& g, NeedsGrad needs) {
+      return std::vector<Tensor>{needs[0] ? g : Tensor(), needs[1] ? g : Tensor()};
+    };
+  });
+}
+
 Tensor accumulate(const Tensor& existing, const Tensor& incoming) {
   if (!existing.defined()) return incoming;
-  return add(existing, incoming);
+  return add_gradients(existing, incoming);
 }
 
 enum class Mode { AccumulateIntoLeaves, CaptureOnly };
@@ -76,7 +100,7 @@ void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) 
     if (!meta.grad.defined())
       meta.grad = (create_graph || storage_is_unshared(gradient)) ? gradient : gradient.detach().clone();
     else
-      meta.grad = add(meta.grad, gradient);
+      meta.grad = add_gradients(meta.grad, gradient);
     return;
   }
   if (meta.producer_released)

@@ -1,7 +1,7 @@
 #pragma once
 // Internal (not installed): BatchNorm's innermost loops, over one run of a channel (S contiguous values of
-// one sample) or over one row of a block of channels ([N, C] inputs). framework/ops/batch_norm.cpp decides
-// the visiting order and threads; these compute, dispatched to AVX2 / AVX-512 at run time
+// one sample) or over one row of a block of channels ([N, C] inputs). framework/kernels/batch_norm_passes.cpp
+// decides the visiting order and threads; these compute, dispatched to AVX2 / AVX-512 at run time
 // (framework/kernels/dispatch.h). Sums are in double, whatever T.
 #include <cstdint>
 

@@ -6,9 +6,9 @@
 #include <string>
 
 #include <tapegrad/framework/autograd/function.h>
-#include <tapegrad/framework/detail/derivative.h>
 #include <tapegrad/framework/detail/unary.h>
 #include <tapegrad/framework/ops/compare.h>
+#include <tapegrad/framework/ops/detail/derivative.h>
 #include <tapegrad/framework/ops/elementwise.h>
 
 namespace tapegrad {

@@ -1,25 +1,15 @@
-// Fused BatchNorm: per-channel kernels (forward and backward side by side) and the two tape records.
-//
-// Note: the input is viewed as [N, C, S] with S the product of the dims after the channel dim. With S > 1
-// (conv feature maps) each thread owns whole channels and walks N contiguous runs of S values; a channel's
-// values are touched two or three times in a row while they are still in cache, so the data crosses memory
-// about once per direction. With S == 1 ([N, C] after a Linear) a channel's values are strided, so threads
-// own blocks of kBlock adjacent channels and walk rows, vectorizing across channels instead.
-// Per-channel sums accumulate in double for both dtypes, and the variance is computed from deviations (from
-// the mean in two passes on the [N, C] path, from the channel's first value in one pass on the S > 1
-// path), so a large mean does not cancel the variance away.
+// Fused BatchNorm, the two ops: their checks, their tape records, and each backward beside its forward
+// (fused without create_graph, composed from tapegrad ops with it). The passes over the data, their visiting
+// order and threads are framework/kernels/batch_norm_passes.cpp.
 #include <tapegrad/framework/ops/batch_norm.h>
 
-#include <omp.h>
-
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
-#include <tapegrad/framework/kernels/batch_norm_runs.h>
+#include <tapegrad/framework/kernels/batch_norm_passes.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 
@@ -27,16 +17,7 @@ namespace tapegrad {
 
 namespace {
 
-constexpr std::int64_t kBlock = 64;          // channels per task on the [N, C] path
-constexpr std::int64_t kParallelMin = 32768;  // below this many elements, threads cost more than they save
-
-// The input viewed as [N, C, S].
-struct Layout {
-  std::int64_t n = 0, c = 0, s = 1;
-  std::int64_t per_channel() const { return n * s; }
-  std::int64_t numel() const { return n * c * s; }
-};
-
+using Layout = kernels::BatchNormLayout;
 using Doubles = std::vector<double>;
 
 Layout check_input(const Tensor& x, const char* op) {
@@ -66,379 +47,6 @@ Doubles channel_values(const Tensor& t, std::int64_t channels, double fallback) 
 
 Tensor channel_tensor(const Doubles& values, DType dtype) {
   return from_vector(values, {static_cast<std::int64_t>(values.size())}, TensorOptions{}.with_dtype(dtype));
-}
-
-// Runs per_channel(c) for every channel (S > 1) or per_block(c0, width) for blocks of channels (S == 1).
-template <class PerChannel, class PerBlock>
-void for_channels(const Layout& l, PerChannel per_channel, PerBlock per_block) {
-  if (l.s > 1 || l.c == 1) {
-#pragma omp parallel for schedule(static) if (l.numel() >= kParallelMin)
-    for (std::int64_t c = 0; c < l.c; ++c) per_channel(c);
-  } else {
-    const std::int64_t blocks = (l.c + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (l.numel() >= kParallelMin)
-    for (std::int64_t b = 0; b < blocks; ++b) per_block(b * kBlock, std::min(kBlock, l.c - b * kBlock));
-  }
-}
-
-// ---- kernels: one channel (S > 1), or one block of channels on the rows of [N, C] ----
-
-// Asks for the next run of a channel (S values, one cache line at a time) while the current one is summed.
-// Note: a channel is N runs of S values, C * S apart; each run is a new short stream that the hardware
-// prefetcher only picks up after a few misses, so the first read of every run waited on memory (the
-// per-channel reductions were two thirds of bn_fwd_bwd at 1 thread, stalled on their loads).
-template <class T>
-inline void prefetch_run(const T* run, std::int64_t s) {
-  constexpr std::int64_t per_line = 64 / sizeof(T);
-  for (std::int64_t k = 0; k < s; k += per_line) __builtin_prefetch(run + k);
-}
-// The same for a run about to be written: the lines are asked for with intent to write.
-template <class T>
-inline void prefetch_run_for_write(T* run, std::int64_t s) {
-  constexpr std::int64_t per_line = 64 / sizeof(T);
-  for (std::int64_t k = 0; k < s; k += per_line) __builtin_prefetch(run + k, 1);
-}
-
-// Mean and sum of squared deviations of channel c, in one pass over the data.
-// Note: the sums are of d = x - x0 with x0 the channel's first value (the shifted-data algorithm), in double:
-// then sum(d^2) - sum(d)^2 / count only cancels when |mean - x0| is huge against the spread, and even an x0
-// 1e4 standard deviations out loses ~1e-8 relative in double, below float32's resolution. A large mean
-// cancels nothing, unlike the textbook sum(x^2) - sum(x)^2 / count.
-template <class T>
-void moments_channel(const T* x, const Layout& l, std::int64_t c, double& mean, double& var_sum) {
-  const double shift = static_cast<double>(x[c * l.s]);
-  double sum = 0, squares = 0;
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const T* p = x + (n * l.c + c) * l.s;
-    if (n + 1 < l.n) prefetch_run(p + l.c * l.s, l.s);
-    kernels::shifted_moments(p, l.s, shift, sum, squares);
-  }
-  const double count = static_cast<double>(l.per_channel());
-  mean = shift + sum / count;
-  var_sum = std::max(0.0, squares - sum * sum / count);
-}
-
-template <class T>
-void moments_block(const T* x, const Layout& l, std::int64_t c0, std::int64_t width, double* mean, double* var_sum) {
-  double acc[kBlock] = {};
-  for (std::int64_t n = 0; n < l.n; ++n) kernels::accumulate_row(x + n * l.c + c0, width, acc);
-  for (std::int64_t j = 0; j < width; ++j) {
-    mean[j] = acc[j] / static_cast<double>(l.n);
-    acc[j] = 0;
-  }
-  for (std::int64_t n = 0; n < l.n; ++n) kernels::accumulate_squared_deviation_row(x + n * l.c + c0, width, mean, acc);
-  for (std::int64_t j = 0; j < width; ++j) var_sum[j] = acc[j];
-}
-
-// dst = (src - shift) * scale + offset over channel c.
-template <class T>
-void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T scale, T offset, T* dst) {
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const std::int64_t base = (n * l.c + c) * l.s;
-    const T* p = src + base;
-    T* q = dst + base;
-    if (n + 1 < l.n) {
-      prefetch_run(p + l.c * l.s, l.s);
-      prefetch_run_for_write(q + l.c * l.s, l.s);
-    }
-    kernels::affine(p, q, l.s, shift, scale, offset);
-  }
-}
-
-template <class T>
-void affine_block(const T* src, const Layout& l, std::int64_t c0, std::int64_t width, const T* shift, const T* scale,
-                  const T* offset, T* dst) {
-  for (std::int64_t n = 0; n < l.n; ++n)
-    kernels::affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
-}
-
-// sum_g = sum(g), sum_gxc = sum(g * (x - mean)) over channel c.
-template <class T>
-void grad_sums_channel(const T* g, const T* x, const Layout& l, std::int64_t c, double mean, double& sum_g,
-                       double& sum_gxc) {
-  double a = 0, b = 0;
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const std::int64_t base = (n * l.c + c) * l.s;
-    const T* pg = g + base;
-    const T* px = x + base;
-    if (n + 1 < l.n) {
-      prefetch_run(pg + l.c * l.s, l.s);
-      prefetch_run(px + l.c * l.s, l.s);
-    }
-    kernels::grad_sums(pg, px, l.s, mean, a, b);
-  }
-  sum_g = a;
-  sum_gxc = b;
-}
-
-template <class T>
-void grad_sums_block(const T* g, const T* x, const Layout& l, std::int64_t c0, std::int64_t width, const double* mean,
-                     double* sum_g, double* sum_gxc) {
-  double a[kBlock] = {}, b[kBlock] = {};
-  for (std::int64_t n = 0; n < l.n; ++n) kernels::grad_sums_row(g + n * l.c + c0, x + n * l.c + c0, width, mean, a, b);
-  for (std::int64_t j = 0; j < width; ++j) {
-    sum_g[j] = a[j];
-    sum_gxc[j] = b[j];
-  }
-}
-
-// Training dx = a*g + b*(x - mean) + d over channel c (coefficients from train_coefficients).
-template <class T>
-void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c, T mean, T a, T b, T d, T* dx) {
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const std::int64_t base = (n * l.c + c) * l.s;
-    const T* pg = g + base;
-    const T* px = x + base;
-    T* q = dx + base;
-    if (n + 1 < l.n) {
-      prefetch_run(pg + l.c * l.s, l.s);
-      prefetch_run(px + l.c * l.s, l.s);
-      prefetch_run_for_write(q + l.c * l.s, l.s);
-    }
-    kernels::grad_input(pg, px, q, l.s, mean, a, b, d);
-  }
-}
-
-template <class T>
-void grad_input_block(const T* g, const T* x, const Layout& l, std::int64_t c0, std::int64_t width, const T* mean,
-                      const T* a, const T* b, const T* d, T* dx) {
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    const std::int64_t base = n * l.c + c0;
-    kernels::grad_input_row(g + base, x + base, dx + base, width, mean, a, b, d);
-  }
-}
-
-// Note: with xhat = (x - mean) * invstd, the training gradient
-//   dx = weight * invstd / n * (n*g - sum(g) - xhat * sum(g*xhat))
-// is affine in g and x per channel: dx = a*g + b*(x - mean) + d with the coefficients below.
-struct TrainCoefficients {
-  double a, b, d;
-};
-TrainCoefficients train_coefficients(double weight, double invstd, double sum_g, double sum_gxc, double n) {
-  const double a = weight * invstd;
-  return {a, -a * invstd * invstd * sum_gxc / n, -a * sum_g / n};
-}
-
-// ---- the memory-order path: whole passes over the tensor, sample by sample ----
-
-// Note: for a tensor that fits the last-level cache with room to spare, each pass visits the data in memory
-// order (all channels of sample 0, then of sample 1, ...): one sequential stream, which the hardware
-// prefetcher follows at full bandwidth, instead of the per-channel order's N short streams per channel.
-// The elementwise pass after a reduction then finds the data in L3 instead of L2. Bigger tensors keep the
-// per-channel order, which reads them from memory once per pair of passes.
-constexpr std::int64_t kSweepMaxBytes = 16 << 20;
-
-template <class T>
-bool use_sweep(const Layout& l) {
-  return l.s > 1 && l.n > 1 && l.numel() * static_cast<std::int64_t>(sizeof(T)) <= kSweepMaxBytes;
-}
-
-// Calls run(thread, c, offset of the run) for every (sample, channel) run in memory order, the samples split
-// over threads; each thread first calls begin(thread, thread count). Threads own disjoint samples, so
-// per-thread partial sums are merged afterwards in thread order (deterministic for a given thread count).
-template <class Begin, class Run>
-void sweep(const Layout& l, Begin begin, Run run) {
-  const int threads =
-      l.numel() >= kParallelMin ? std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(l.n))) : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int t = omp_get_thread_num(), count = omp_get_num_threads();
-    begin(t, count);
-    const std::int64_t first = l.n * t / count, last = l.n * (t + 1) / count;
-    for (std::int64_t n = first; n < last; ++n)
-      for (std::int64_t c = 0; c < l.c; ++c) run(t, c, (n * l.c + c) * l.s);
-  }
-}
-
-// dst = (src - shift) * scale + offset per channel, in memory order.
-template <class T>
-void affine_sweep(const T* src, const Layout& l, const std::vector<T>& shift, const std::vector<T>& scale,
-                  const std::vector<T>& offset, T* dst) {
-  sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t at) {
-    const T* p = src + at;
-    T* q = dst + at;
-    kernels::affine(p, q, l.s, shift[c], scale[c], offset[c]);
-  });
-}
-
-// Per-thread, per-channel partial sums, two of them per channel.
-struct Partials {
-  std::vector<Doubles> first, second;
-  void prepare(int thread, int threads, std::int64_t channels) {
-#pragma omp single
-    {
-      first.assign(static_cast<std::size_t>(threads), Doubles());
-      second.assign(static_cast<std::size_t>(threads), Doubles());
-    }
-    first[static_cast<std::size_t>(thread)].assign(static_cast<std::size_t>(channels), 0.0);
-    second[static_cast<std::size_t>(thread)].assign(static_cast<std::size_t>(channels), 0.0);
-  }
-  double total_first(std::int64_t c) const {
-    double sum = 0;
-    for (const Doubles& part : first) sum += part[static_cast<std::size_t>(c)];
-    return sum;
-  }
-  double total_second(std::int64_t c) const {
-    double sum = 0;
-    for (const Doubles& part : second) sum += part[static_cast<std::size_t>(c)];
-    return sum;
-  }
-};
-
-// train_forward in memory order: moments (shifted by each channel's first value, as moments_channel), then
-// the normalisation.
-template <class T>
-void train_forward_sweep(const T* px, const Layout& l, const Doubles& weight, const Doubles& bias, double eps, T* py,
-                         Doubles& mean, Doubles& var_sum, Doubles& invstd) {
-  Doubles shift(static_cast<std::size_t>(l.c));
-  for (std::int64_t c = 0; c < l.c; ++c) shift[c] = static_cast<double>(px[c * l.s]);
-  Partials partials;
-  sweep(l, [&](int t, int count) { partials.prepare(t, count, l.c); },
-        [&](int t, std::int64_t c, std::int64_t offset) {
-          kernels::shifted_moments(px + offset, l.s, shift[c], partials.first[t][c], partials.second[t][c]);
-        });
-  const double count = static_cast<double>(l.per_channel());
-  std::vector<T> t_shift(static_cast<std::size_t>(l.c)), t_scale(t_shift.size()), t_offset(t_shift.size());
-  for (std::int64_t c = 0; c < l.c; ++c) {
-    const double sum = partials.total_first(c), squares = partials.total_second(c);
-    mean[c] = shift[c] + sum / count;
-    var_sum[c] = std::max(0.0, squares - sum * sum / count);
-    invstd[c] = 1.0 / std::sqrt(var_sum[c] / count + eps);
-    t_shift[c] = static_cast<T>(mean[c]);
-    t_scale[c] = static_cast<T>(invstd[c] * weight[c]);
-    t_offset[c] = static_cast<T>(bias[c]);
-  }
-  affine_sweep(px, l, t_shift, t_scale, t_offset, py);
-}
-
-// The per-channel gradient sums in memory order.
-template <class T>
-void grad_sums_sweep(const T* pg, const T* px, const Layout& l, const Doubles& mean, Doubles& sum_g, Doubles& sum_gxc) {
-  Partials partials;
-  sweep(l, [&](int t, int count) { partials.prepare(t, count, l.c); },
-        [&](int t, std::int64_t c, std::int64_t offset) {
-          kernels::grad_sums(pg + offset, px + offset, l.s, mean[c], partials.first[t][c], partials.second[t][c]);
-        });
-  for (std::int64_t c = 0; c < l.c; ++c) {
-    sum_g[c] = partials.total_first(c);
-    sum_gxc[c] = partials.total_second(c);
-  }
-}
-
-// ---- forward passes ----
-
-// Batch statistics and output in one parallel sweep; fills mean and invstd (double, per channel).
-template <class T>
-void train_forward(const Tensor& x, const Layout& l, const Doubles& weight, const Doubles& bias, double eps,
-                   Tensor& out, Doubles& mean, Doubles& var_sum, Doubles& invstd) {
-  const T* px = x.data<T>();
-  T* py = out.data<T>();
-  if (use_sweep<T>(l)) return train_forward_sweep(px, l, weight, bias, eps, py, mean, var_sum, invstd);
-  const double count = static_cast<double>(l.per_channel());
-  auto finish = [&](std::int64_t c) { invstd[c] = 1.0 / std::sqrt(var_sum[c] / count + eps); };
-  for_channels(
-      l,
-      [&](std::int64_t c) {
-        moments_channel(px, l, c, mean[c], var_sum[c]);
-        finish(c);
-        affine_channel(px, l, c, static_cast<T>(mean[c]), static_cast<T>(invstd[c] * weight[c]),
-                       static_cast<T>(bias[c]), py);
-      },
-      [&](std::int64_t c0, std::int64_t width) {
-        moments_block(px, l, c0, width, mean.data() + c0, var_sum.data() + c0);
-        T shift[kBlock], scale[kBlock], offset[kBlock];
-        for (std::int64_t j = 0; j < width; ++j) {
-          finish(c0 + j);
-          shift[j] = static_cast<T>(mean[c0 + j]);
-          scale[j] = static_cast<T>(invstd[c0 + j] * weight[c0 + j]);
-          offset[j] = static_cast<T>(bias[c0 + j]);
-        }
-        affine_block(px, l, c0, width, shift, scale, offset, py);
-      });
-}
-
-// out = (src - shift) * scale + offset per channel: the eval forward, and the eval dx (shift = offset = 0).
-template <class T>
-void apply_affine(const Tensor& src, const Layout& l, const Doubles& shift, const Doubles& scale, const Doubles& offset,
-                  Tensor& out) {
-  std::vector<T> t_shift(shift.begin(), shift.end()), t_scale(scale.begin(), scale.end()),
-      t_offset(offset.begin(), offset.end());
-  const T* ps = src.data<T>();
-  T* po = out.data<T>();
-  // Note: one elementwise pass and no reduction, so memory order wins at every size.
-  if (l.s > 1 && l.n > 1) {
-    return affine_sweep(ps, l, t_shift, t_scale, t_offset, po);
-  }
-  for_channels(
-      l, [&](std::int64_t c) { affine_channel(ps, l, c, t_shift[c], t_scale[c], t_offset[c], po); },
-      [&](std::int64_t c0, std::int64_t width) {
-        affine_block(ps, l, c0, width, t_shift.data() + c0, t_scale.data() + c0, t_offset.data() + c0, po);
-      });
-}
-
-// ---- backward passes ----
-
-// Per-channel sum(g) and sum(g * (x - mean)).
-template <class T>
-void grad_sums(const Tensor& g, const Tensor& x, const Layout& l, const Doubles& mean, Doubles& sum_g,
-               Doubles& sum_gxc) {
-  const T* pg = g.data<T>();
-  const T* px = x.data<T>();
-  if (use_sweep<T>(l)) return grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc);
-  for_channels(
-      l, [&](std::int64_t c) { grad_sums_channel(pg, px, l, c, mean[c], sum_g[c], sum_gxc[c]); },
-      [&](std::int64_t c0, std::int64_t width) {
-        grad_sums_block(pg, px, l, c0, width, mean.data() + c0, sum_g.data() + c0, sum_gxc.data() + c0);
-      });
-}
-
-// The raw training backward: both reductions and dx per channel in one parallel sweep.
-template <class T>
-void train_backward(const Tensor& g, const Tensor& x, const Layout& l, const Doubles& weight, const Doubles& mean,
-                    const Doubles& invstd, bool want_dx, Tensor& dx, Doubles& sum_g, Doubles& sum_gxc) {
-  const T* pg = g.data<T>();
-  const T* px = x.data<T>();
-  T* pdx = want_dx ? dx.data<T>() : nullptr;
-  const double count = static_cast<double>(l.per_channel());
-  if (use_sweep<T>(l)) {
-    grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc);
-    if (!want_dx) return;
-    std::vector<T> m(static_cast<std::size_t>(l.c)), a(m.size()), b(m.size()), d(m.size());
-    for (std::int64_t c = 0; c < l.c; ++c) {
-      const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
-      m[c] = static_cast<T>(mean[c]);
-      a[c] = static_cast<T>(k.a);
-      b[c] = static_cast<T>(k.b);
-      d[c] = static_cast<T>(k.d);
-    }
-    sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t offset) {
-      kernels::grad_input(pg + offset, px + offset, pdx + offset, l.s, m[c], a[c], b[c], d[c]);
-    });
-    return;
-  }
-  for_channels(
-      l,
-      [&](std::int64_t c) {
-        grad_sums_channel(pg, px, l, c, mean[c], sum_g[c], sum_gxc[c]);
-        if (!want_dx) return;
-        const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
-        grad_input_channel(pg, px, l, c, static_cast<T>(mean[c]), static_cast<T>(k.a), static_cast<T>(k.b),
-                           static_cast<T>(k.d), pdx);
-      },
-      [&](std::int64_t c0, std::int64_t width) {
-        grad_sums_block(pg, px, l, c0, width, mean.data() + c0, sum_g.data() + c0, sum_gxc.data() + c0);
-        if (!want_dx) return;
-        T m[kBlock], a[kBlock], b[kBlock], d[kBlock];
-        for (std::int64_t j = 0; j < width; ++j) {
-          const std::int64_t c = c0 + j;
-          const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
-          m[j] = static_cast<T>(mean[c]);
-          a[j] = static_cast<T>(k.a);
-          b[j] = static_cast<T>(k.b);
-          d[j] = static_cast<T>(k.d);
-        }
-        grad_input_block(pg, px, l, c0, width, m, a, b, d, pdx);
-      });
 }
 
 // ---- the composed (differentiable) backward used under create_graph ----
@@ -531,7 +139,8 @@ BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight,
   Doubles var_sum(channels);
   Tensor out = empty(input.shape(), input.dtype());
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
-    train_forward<decltype(tag)>(input, l, w, b, eps, out, *mean, var_sum, *invstd);
+    using T = decltype(tag);
+    kernels::batch_norm_train_forward(input.data<T>(), l, w, b, eps, out.data<T>(), *mean, var_sum, *invstd);
   });
 
   Doubles biased(channels), unbiased(channels);
@@ -559,7 +168,9 @@ BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight,
       Doubles sum_g(channels), sum_gxc(channels);
       Tensor dx = needs[0] ? empty(x.shape(), x.dtype()) : Tensor();
       detail::dispatch_floating(x.dtype(), "batch_norm_train backward", [&](auto tag) {
-        train_backward<decltype(tag)>(g, x, l, wv, *mean, *invstd, needs[0], dx, sum_g, sum_gxc);
+        using T = decltype(tag);
+        kernels::batch_norm_train_backward(g.data<T>(), x.data<T>(), l, wv, *mean, *invstd,
+                                           needs[0] ? dx.data<T>() : nullptr, sum_g, sum_gxc);
       });
       std::vector<Tensor> grads{dx};
       append_affine_grads(grads, needs, has_weight, has_bias, sum_g, sum_gxc, *invstd, x.dtype());
@@ -593,8 +204,10 @@ Tensor batch_norm_eval(const Tensor& input, const Tensor& mean, const Tensor& va
     scale[c] = (*invstd)[c] * w[c];
   }
   Tensor out = empty(input.shape(), input.dtype());
-  detail::dispatch_floating(input.dtype(), op,
-                            [&](auto tag) { apply_affine<decltype(tag)>(input, l, *m, scale, b, out); });
+  detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::batch_norm_affine(input.data<T>(), l, *m, scale, b, out.data<T>());
+  });
 
   const bool has_weight = weight.defined(), has_bias = bias.defined();
   return record_if_needed("batch_norm_eval", out, differentiable_inputs(input, weight, bias), [&] {
@@ -609,11 +222,13 @@ Tensor batch_norm_eval(const Tensor& input, const Tensor& mean, const Tensor& va
       Tensor dx = needs[0] ? empty(x.shape(), x.dtype()) : Tensor();
       detail::dispatch_floating(x.dtype(), "batch_norm_eval backward", [&](auto tag) {
         using T = decltype(tag);
-        if (needs[1] || (has_bias && needs[has_weight ? 2 : 1])) grad_sums<T>(g, x, l, *m, sum_g, sum_gxc);
+        if (needs[1] || (has_bias && needs[has_weight ? 2 : 1]))
+          kernels::batch_norm_grad_sums(g.data<T>(), x.data<T>(), l, *m, sum_g, sum_gxc);
         if (needs[0]) {
           Doubles scale(channels);
           for (std::size_t c = 0; c < channels; ++c) scale[c] = wv[c] * (*invstd)[c];
-          apply_affine<T>(g, l, Doubles(channels, 0.0), scale, Doubles(channels, 0.0), dx);
+          kernels::batch_norm_affine(g.data<T>(), l, Doubles(channels, 0.0), scale, Doubles(channels, 0.0),
+                                     dx.data<T>());
         }
       });
       std::vector<Tensor> grads{dx};

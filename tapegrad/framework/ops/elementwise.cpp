@@ -5,9 +5,9 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
-#include <tapegrad/framework/detail/derivative.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/unary.h>
+#include <tapegrad/framework/ops/detail/derivative.h>
 #include <tapegrad/framework/ops/reduction.h>
 
 namespace tapegrad {

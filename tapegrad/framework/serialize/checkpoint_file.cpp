@@ -1,5 +1,5 @@
 // Checkpoints as files and as model state: paths (regular files only, replaced atomically), the Checkpoint
-// helpers, and save/load of a module. The archive itself is checkpoint.cpp.
+// helpers, and save/load of a module. The format is checkpoint.cpp (header line) and checkpoint_archive.cpp.
 #include <cerrno>
 #include <cstring>
 #include <set>

@@ -1,5 +1,6 @@
 #pragma once
 // Internal: the backward of a unary op, g * f'(x), with a fused first-order path and a recorded one.
+// In ops/, not framework/detail/: the recorded path is built from ops (mul), which sit above detail/.
 #include <cstdint>
 
 #include <tapegrad/framework/autograd/grad_mode.h>

@@ -1,0 +1,41 @@
+#pragma once
+// Internal (not installed): BatchNorm's passes over a whole input viewed as [N, C, S] (S the product of the dims
+// after the channel dim): batch statistics, the per-channel affine map, the gradient sums and the training dx.
+// These choose the visiting order and the threads; the innermost loops are framework/kernels/batch_norm_runs.
+// framework/ops/batch_norm.cpp checks the tensors, unwraps them into these pointers and records the backward.
+#include <cstdint>
+#include <vector>
+
+namespace tapegrad::kernels {
+
+/// A BatchNorm input viewed as [N, C, S]; S is 1 for [N, C].
+struct BatchNormLayout {
+  std::int64_t n = 0, c = 0, s = 1;
+  std::int64_t per_channel() const { return n * s; }
+  std::int64_t numel() const { return n * c * s; }
+};
+
+/// Training forward: per channel, the batch mean, the sum of squared deviations and 1/sqrt(var + eps) (double),
+/// and y = (x - mean) * invstd * weight + bias, in one parallel sweep. `mean`, `var_sum`, `invstd` have C entries.
+template <class T>
+void batch_norm_train_forward(const T* x, const BatchNormLayout& l, const std::vector<double>& weight,
+                              const std::vector<double>& bias, double eps, T* y, std::vector<double>& mean,
+                              std::vector<double>& var_sum, std::vector<double>& invstd);
+
+/// out = (src - shift) * scale + offset per channel: the eval forward, and the eval dx (shift = offset = 0).
+template <class T>
+void batch_norm_affine(const T* src, const BatchNormLayout& l, const std::vector<double>& shift,
+                       const std::vector<double>& scale, const std::vector<double>& offset, T* out);
+
+/// Per channel, sum(g) and sum(g * (x - mean)).
+template <class T>
+void batch_norm_grad_sums(const T* g, const T* x, const BatchNormLayout& l, const std::vector<double>& mean,
+                          std::vector<double>& sum_g, std::vector<double>& sum_gxc);
+
+/// The raw training backward: the gradient sums and, unless `dx` is null, dx, per channel in one parallel sweep.
+template <class T>
+void batch_norm_train_backward(const T* g, const T* x, const BatchNormLayout& l, const std::vector<double>& weight,
+                               const std::vector<double>& mean, const std::vector<double>& invstd, T* dx,
+                               std::vector<double>& sum_g, std::vector<double>& sum_gxc);
+
+}  // namespace tapegrad::kernels
