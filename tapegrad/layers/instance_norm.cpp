@@ -41,8 +41,8 @@ Tensor InstanceNormBase::forward(const Tensor& input) {
   Shape batched = input.shape();
   if (input.dim() == batched_rank - 1) batched.insert(batched.begin(), 1);
   const std::int64_t n = batched[0], c = batched[1];
-  // Note: PyTorch only warns about a channel count other than num_features when there is no per-channel
-  // tensor to apply; with one (affine or tracked statistics) it cannot work, so it is an error here.
+  // Note: PyTorch 1.13 accepts a channel count other than num_features when there is no per-channel tensor
+  // to apply; with one (affine or tracked statistics) its kernel fails on the size, so it is an error here.
   if (c != options_.num_features && (options_.affine || options_.track_running_stats))
     fail("{}: expected {} channels, got input {}", type_name(), options_.num_features, shape_string(input.shape()));
   const Tensor& reference = options_.affine ? weight : running_mean;
