@@ -18,6 +18,7 @@
 #include <tapegrad/framework/ops/conv.h>
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/elementwise.h>
+#include <tapegrad/framework/ops/embedding.h>
 #include <tapegrad/framework/ops/layer_norm.h>
 #include <tapegrad/framework/ops/linalg.h>
 #include <tapegrad/framework/ops/loss.h>
@@ -35,7 +36,10 @@
 #include <tapegrad/layers/batch_norm_statistics.h>
 #include <tapegrad/layers/conv.h>
 #include <tapegrad/layers/dropout.h>
+#include <tapegrad/layers/embedding.h>
 #include <tapegrad/layers/flatten.h>
+#include <tapegrad/layers/group_norm.h>
+#include <tapegrad/layers/instance_norm.h>
 #include <tapegrad/layers/layer_norm.h>
 #include <tapegrad/layers/linear.h>
 #include <tapegrad/layers/pool.h>

@@ -19,14 +19,17 @@ BatchNormBase::BatchNormBase(std::string type_name, const BatchNormOptions& opti
     : Module(std::move(type_name)), options_(options) {
   if (options_.num_features < 1)
     fail("{}: num_features must be positive, got {}", this->type_name(), options_.num_features);
+  if (!is_floating(options_.dtype))
+    fail("{}: dtype must be float32 or float64, got {}", this->type_name(), dtype_name(options_.dtype));
   const Shape channels{options_.num_features};
+  const TensorOptions tensor_options = TensorOptions{}.with_dtype(options_.dtype);
   if (options_.affine) {
-    weight = register_parameter("weight", ones(channels));
-    bias = register_parameter("bias", zeros(channels));
+    weight = register_parameter("weight", ones(channels, tensor_options));
+    bias = register_parameter("bias", zeros(channels, tensor_options));
   }
   if (options_.track_running_stats) {
-    running_mean = register_buffer("running_mean", zeros(channels));
-    running_var = register_buffer("running_var", ones(channels));
+    running_mean = register_buffer("running_mean", zeros(channels, tensor_options));
+    running_var = register_buffer("running_var", ones(channels, tensor_options));
     num_batches_tracked = register_buffer("num_batches_tracked", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
   }
   frozen_flag_ = register_buffer("frozen", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
@@ -75,12 +78,21 @@ Tensor BatchNormBase::forward(const Tensor& input) {
     fail("{}: input {} is {} but the layer is {} (convert the model with to())", type_name(),
          shape_string(input.shape()), dtype_name(input.dtype()), dtype_name(reference.dtype()));
 
+  // Note: the fused kernels take [N, C, *] up to 4-D; a volume [N, C, D, H, W] is the same computation over
+  // [N, C, D*H*W] (a reshape that shares storage), with PyTorch's message naming the caller's shape.
+  const bool volume = input.dim() > 4;
+  if (volume && (is_training() || !options_.track_running_stats || input_observer_) &&
+      input.numel() == input.size(1))
+    fail("Expected more than 1 value per channel when training, got input size {}", shape_string(input.shape()));
+  const Tensor x = volume ? input.reshape({input.size(0), input.size(1), -1}) : input;
+  auto shaped = [&](const Tensor& y) { return volume ? y.reshape(input.shape()) : y; };
+
   if (input_observer_) {
     input_observer_(input);
-    return batch_norm_train(input, weight, bias, options_.eps).output;
+    return shaped(batch_norm_train(x, weight, bias, options_.eps).output);
   }
   if (!is_training() && options_.track_running_stats)
-    return batch_norm_eval(input, running_mean, running_var, weight, bias, options_.eps);
+    return shaped(batch_norm_eval(x, running_mean, running_var, weight, bias, options_.eps));
   if (is_training() && options_.track_running_stats) {
     // Note: checked before anything is computed or recorded. The count may come from a file: a negative one
     // would make the cumulative factor negative or infinite, and the largest one cannot be incremented.
@@ -89,9 +101,9 @@ Tensor BatchNormBase::forward(const Tensor& input) {
       fail("{}: num_batches_tracked is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", type_name(),
            count);
   }
-  BatchNormTrainResult result = batch_norm_train(input, weight, bias, options_.eps);
+  BatchNormTrainResult result = batch_norm_train(x, weight, bias, options_.eps);
   if (is_training() && options_.track_running_stats) update_running_stats(result.mean, result.unbiased_var);
-  return result.output;
+  return shaped(result.output);
 }
 
 // Note: PyTorch's rule, computed outside the graph. The statistics come out of the fused kernel as plain
@@ -146,6 +158,15 @@ std::shared_ptr<Module> BatchNorm2d::clone() const { return clone_into(std::make
 void BatchNorm2d::check_rank(const Tensor& input) const {
   if (input.dim() != 4)
     fail("BatchNorm2d: expected 4-D input [N, C, H, W], got {}", shape_string(input.shape()));
+}
+
+BatchNorm3d::BatchNorm3d(const BatchNormOptions& options) : BatchNormBase("BatchNorm3d", options) {}
+
+std::shared_ptr<Module> BatchNorm3d::clone() const { return clone_into(std::make_shared<BatchNorm3d>(options())); }
+
+void BatchNorm3d::check_rank(const Tensor& input) const {
+  if (input.dim() != 5)
+    fail("BatchNorm3d: expected 5-D input [N, C, D, H, W], got {}", shape_string(input.shape()));
 }
 
 }  // namespace tapegrad::nn

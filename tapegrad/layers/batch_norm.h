@@ -1,5 +1,5 @@
 #pragma once
-/// BatchNorm1d and BatchNorm2d with PyTorch's semantics: batch statistics in training, running ones in eval.
+/// BatchNorm1d, BatchNorm2d and BatchNorm3d with PyTorch's semantics: batch statistics in training, running ones in eval.
 #include <tapegrad/export.h>
 #include <cstdint>
 #include <functional>
@@ -27,6 +27,28 @@ struct BatchNormOptions {
   bool track_running_stats = true;
   /// Start frozen (see BatchNormBase::freeze()).
   bool frozen = false;
+  /// The element type of weight, bias, running_mean and running_var (num_batches_tracked is always int64).
+  DType dtype = DType::Float32;
+  BatchNormOptions& with_eps(double value) {
+    eps = value;
+    return *this;
+  }
+  BatchNormOptions& with_momentum(std::optional<double> value) {
+    momentum = value;
+    return *this;
+  }
+  BatchNormOptions& with_affine(bool on) {
+    affine = on;
+    return *this;
+  }
+  BatchNormOptions& with_track_running_stats(bool on) {
+    track_running_stats = on;
+    return *this;
+  }
+  BatchNormOptions& with_dtype(DType d) {
+    dtype = d;
+    return *this;
+  }
 };
 
 /// Converts a Keras/TensorFlow BatchNormalization momentum (the weight of the OLD running value, e.g. 0.99)
@@ -43,10 +65,10 @@ double keras_momentum_to_tapegrad(double keras_momentum);
 /// parameters without one, so they stay in model.parameters() (an optimizer's state layout does not change
 /// on freeze or unfreeze) yet never move, weight decay included. The flag lives in the persistent buffer "frozen" (0-dim int64), so it is saved and
 /// loaded with the state; after_load_state() re-applies it.
-/// The shared implementation of BatchNorm1d and BatchNorm2d.
+/// The shared implementation of BatchNorm1d, BatchNorm2d and BatchNorm3d.
 class BatchNormBase : public Module {
  public:
-  /// `type_name` is "BatchNorm1d" or "BatchNorm2d".
+  /// `type_name` is "BatchNorm1d", "BatchNorm2d" or "BatchNorm3d".
   BatchNormBase(std::string type_name, const BatchNormOptions& options);
 
   /// Normalizes over every dim but dim 1; in training also updates the running statistics.
@@ -79,7 +101,7 @@ class BatchNormBase : public Module {
   Tensor running_mean, running_var, num_batches_tracked;
 
  protected:
-  /// Checks the input's rank for this layer (BatchNorm1d: 2-D or 3-D, BatchNorm2d: 4-D).
+  /// Checks the input's rank for this layer (BatchNorm1d: 2-D or 3-D, BatchNorm2d: 4-D, BatchNorm3d: 5-D).
   virtual void check_rank(const Tensor& input) const = 0;
   /// Version 2 added num_batches_tracked, as in PyTorch; version 3 added the "frozen" flag.
   int state_version() const override { return 3; }
@@ -112,6 +134,17 @@ class BatchNorm2d : public BatchNormBase {
  public:
   explicit BatchNorm2d(const BatchNormOptions& options);
   explicit BatchNorm2d(std::int64_t num_features) : BatchNorm2d(BatchNormOptions{num_features}) {}
+  std::shared_ptr<Module> clone() const override;
+
+ protected:
+  void check_rank(const Tensor& input) const override;
+};
+
+/// BatchNorm over [N, C, D, H, W] (volumes: the statistics of a channel run over N, D, H and W).
+class BatchNorm3d : public BatchNormBase {
+ public:
+  explicit BatchNorm3d(const BatchNormOptions& options);
+  explicit BatchNorm3d(std::int64_t num_features) : BatchNorm3d(BatchNormOptions{num_features}) {}
   std::shared_ptr<Module> clone() const override;
 
  protected:

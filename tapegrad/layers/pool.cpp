@@ -17,7 +17,15 @@ MaxPool2d::MaxPool2d(MaxPool2dOptions options) : Module("MaxPool2d"), options_(o
 
 Tensor MaxPool2d::forward(const Tensor& input) {
   const auto& o = options_;
-  return max_pool2d(input, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode);
+  if (!o.return_indices) return max_pool2d(input, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode);
+  auto [output, indices] = forward_with_indices(input);
+  last_indices_ = indices;
+  return output;
+}
+
+std::pair<Tensor, Tensor> MaxPool2d::forward_with_indices(const Tensor& input) {
+  const auto& o = options_;
+  return max_pool2d_with_indices(input, o.kernel_size, o.stride, o.padding, o.dilation, o.ceil_mode);
 }
 
 std::string MaxPool2d::extra_repr() const {

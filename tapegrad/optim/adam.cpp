@@ -119,4 +119,10 @@ void Adam::update(const ParamGroup& group, Tensor& param, const Tensor& grad, Pa
   });
 }
 
+AdamParamState Adam::state(const Tensor& parameter) const {
+  const ParamState& state = param_state(parameter, fmt::format("{}::state", name()).c_str());
+  return {state_entry(state, "step"), state_entry(state, "exp_avg"), state_entry(state, "exp_avg_sq"),
+          state_entry(state, "max_exp_avg_sq")};
+}
+
 }  // namespace tapegrad::optim

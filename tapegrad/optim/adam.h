@@ -30,6 +30,17 @@ struct AdamWOptions {
   bool maximize = false;
 };
 
+/// One parameter's Adam (or AdamW) state, as PyTorch's optimizer.state[p]: handles sharing the optimizer's tensors,
+/// all undefined before the parameter's first step.
+struct AdamParamState {
+  /// The number of steps taken, a 0-dim int64 tensor.
+  Tensor step;
+  /// The first and second moment estimates m and v, shaped like the parameter.
+  Tensor exp_avg, exp_avg_sq;
+  /// The running maximum of v with amsgrad; undefined without.
+  Tensor max_exp_avg_sq;
+};
+
 /// Note: PyTorch's formula. t += 1; g = ±grad + weight_decay * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 /// (amsgrad: vmax = max(vmax, v), used instead of v); p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 /// Group hyperparameters: lr, beta1, beta2, eps, weight_decay, amsgrad, maximize.
@@ -40,6 +51,12 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   /// Several groups, each overriding some of `options` by name.
   Adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+
+  /// The state of `parameter` (one of this optimizer's), sharing the optimizer's tensors: writing through it
+  /// changes the next step. Throws for a tensor the optimizer does not hold.
+  AdamParamState state(const Tensor& parameter) const;
+  /// The named state, for saving and loading.
+  using Optimizer::state;
 
  protected:
   /// For AdamW: `decoupled` applies weight decay to p directly instead of adding it to the gradient.

@@ -120,6 +120,20 @@ std::int64_t Optimizer::increment_step(ParamState& state) {
   return ++found->second.data<std::int64_t>()[0];
 }
 
+const Optimizer::ParamState& Optimizer::param_state(const Tensor& parameter, const char* caller) const {
+  parameter.check_defined(caller);
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (std::size_t i = 0; i < groups_[g].params.size(); ++i)
+      if (groups_[g].params[i].is_same(parameter)) return state_[g][i];
+  fail("{}: the tensor {} {} is not a parameter of this {} optimizer", caller, shape_string(parameter.shape()),
+       dtype_name(parameter.dtype()), name_);
+}
+
+Tensor Optimizer::state_entry(const ParamState& state, const std::string& key) {
+  const auto found = state.find(key);
+  return found == state.end() ? Tensor() : found->second;
+}
+
 // ---- state ----
 namespace {
 

@@ -62,7 +62,8 @@ class Optimizer {
   const std::string& name() const { return name_; }
 
   /// Every group's hyperparameters and parameter count, and every per-parameter state tensor, by name.
-  /// The tensors are independent copies, so the result stays valid while training continues.
+  /// The tensors are independent copies, so the result stays valid while training continues. This is the form
+  /// for saving and loading; each optimizer's state(parameter) gives typed access to one parameter's state.
   NamedTensors state() const;
   /// Restores a state() of an optimizer over the same groups of the same shapes. Everything is checked first
   /// (names, shapes, dtypes, group sizes, hyperparameter values), so a failed load leaves this optimizer unchanged.
@@ -86,6 +87,12 @@ class Optimizer {
   static Tensor& zeros_state(ParamState& state, const std::string& key, const Tensor& param);
   /// Increments the int64 "step" counter (created at 0) and returns its new value.
   static std::int64_t increment_step(ParamState& state);
+  /// For the typed state(parameter) of each optimizer: the state of `parameter`, found by identity (the same
+  /// tensor handle the optimizer was built with, or a copy of it), empty before its first update. Throws,
+  /// naming `caller`, when `parameter` is not one of this optimizer's parameters.
+  const ParamState& param_state(const Tensor& parameter, const char* caller) const;
+  /// The state tensor `key` itself (a handle sharing the optimizer's values), undefined when absent.
+  static Tensor state_entry(const ParamState& state, const std::string& key);
 
  private:
   void validate_group(const Options& options, std::size_t index) const;

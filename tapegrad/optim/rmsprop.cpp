@@ -98,4 +98,10 @@ void RMSprop::update(const ParamGroup& group, Tensor& param, const Tensor& grad,
   });
 }
 
+RMSpropParamState RMSprop::state(const Tensor& parameter) const {
+  const ParamState& state = param_state(parameter, "RMSprop::state");
+  return {state_entry(state, "step"), state_entry(state, "square_avg"), state_entry(state, "momentum_buffer"),
+          state_entry(state, "grad_avg")};
+}
+
 }  // namespace tapegrad::optim

@@ -83,4 +83,9 @@ void SGD::update(const ParamGroup& group, Tensor& param, const Tensor& grad, Par
   });
 }
 
+SGDParamState SGD::state(const Tensor& parameter) const {
+  const ParamState& state = param_state(parameter, "SGD::state");
+  return {state_entry(state, "momentum_buffer")};
+}
+
 }  // namespace tapegrad::optim

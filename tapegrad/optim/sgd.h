@@ -20,6 +20,12 @@ struct SGDOptions {
   bool maximize = false;
 };
 
+/// One parameter's SGD state, as PyTorch's optimizer.state[p]: a handle sharing the optimizer's tensor.
+struct SGDParamState {
+  /// The momentum buffer, shaped like the parameter; undefined before the first step or without momentum.
+  Tensor momentum_buffer;
+};
+
 /// Note: PyTorch's formula. g = ±grad + weight_decay * p; with momentum the buffer starts as g and then
 /// becomes momentum * buf + (1 - dampening) * g; Nesterov steps along g + momentum * buf, plain momentum
 /// along buf; p -= lr * step. Group hyperparameters: lr, momentum, dampening, weight_decay, nesterov, maximize.
@@ -30,6 +36,12 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   /// Several groups, each overriding some of `options` by name.
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
+
+  /// The state of `parameter` (one of this optimizer's), sharing the optimizer's tensors: writing through it
+  /// changes the next step. Throws for a tensor the optimizer does not hold.
+  SGDParamState state(const Tensor& parameter) const;
+  /// The named state, for saving and loading.
+  using Optimizer::state;
 
  protected:
   void update(const ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state) override;
