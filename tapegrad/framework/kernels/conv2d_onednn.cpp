@@ -12,6 +12,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <list>
 #include <memory>
@@ -286,6 +287,7 @@ Key key(ConvDirection direction, const ConvGeometry& g, bool bias) {
 }  // namespace
 
 void forward(const float* x, const float* w, const float* bias, float* out, const ConvGeometry& g) {
+  if (g.n == 0) return;  // an empty batch has nothing to compute (and oneDNN rejects some zero extents)
   guarded("conv2d", g, [&] {
     run(key(ConvDirection::forward, g, bias != nullptr),
         {{DNNL_ARG_SRC, const_cast<float*>(x)},
@@ -296,6 +298,7 @@ void forward(const float* x, const float* w, const float* bias, float* out, cons
 }
 
 void input_grad(const float* grad_output, const float* w, float* dx, const ConvGeometry& g) {
+  if (g.n == 0) return;
   guarded("conv2d_input_grad", g, [&] {
     run(key(ConvDirection::input_grad, g, false), {{DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)},
                                                    {DNNL_ARG_WEIGHTS, const_cast<float*>(w)},
@@ -304,6 +307,11 @@ void input_grad(const float* grad_output, const float* w, float* dx, const ConvG
 }
 
 void weight_grad(const float* x, const float* grad_output, float* dw, float* db, const ConvGeometry& g) {
+  if (g.n == 0) {  // an empty sum
+    std::fill(dw, dw + g.o * g.cg() * g.kh * g.kw, 0.0f);
+    if (db) std::fill(db, db + g.o, 0.0f);
+    return;
+  }
   guarded("conv2d_weight_grad", g, [&] {
     run(key(ConvDirection::weight_grad, g, db != nullptr), {{DNNL_ARG_SRC, const_cast<float*>(x)},
                                                             {DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)},
