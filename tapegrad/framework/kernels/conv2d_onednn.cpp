@@ -1,0 +1,326 @@
+// The float32 convolution on oneDNN's convolution primitives (forward, backward-data, backward-weights), which
+// pick their AVX2 / AVX-512 / AMX code from the CPU at run time.
+//
+// Note: the primitives are created with format_tag::any, so oneDNN chooses its blocked layouts (nChw16c and
+// OIhw16i16o on AVX-512); tapegrad's tensors stay plain NCHW, so each call reorders its operands into those
+// layouts and the result back. Measured (bench/conv_layers), the direct blocked kernels with the reorders still
+// beat both im2col + GEMM and oneDNN's own plain-layout (im2col) convolution on most layers; kernels/conv2d.cpp
+// holds the rule for the rest.
+#include <tapegrad/framework/kernels/conv2d_onednn.h>
+
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <tapegrad/framework/error.h>
+#include <tapegrad/framework/storage.h>
+
+namespace tapegrad::kernels::onednn {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+// Note: a jit convolution fixes its work split for the thread count current when it is created (oneDNN's OpenMP
+// runtime reads omp_get_max_threads(), which tapegrad::set_num_threads sets), so the count is part of the key:
+// after set_num_threads(2) a new primitive really uses two threads.
+struct Key {
+  ConvDirection direction;
+  ConvGeometry g;
+  bool bias;
+  int threads;
+  bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+  std::size_t operator()(const Key& key) const {
+    const ConvGeometry& g = key.g;
+    std::size_t hash = static_cast<std::size_t>(key.direction) * 2 + (key.bias ? 1 : 0);
+    for (std::int64_t field : {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride_h, g.stride_w, g.padding_h, g.padding_w,
+                               g.dilation_h, g.dilation_w, g.groups, std::int64_t{key.threads}})
+      hash = hash * 1000003u ^ static_cast<std::size_t>(field);
+    return hash;
+  }
+};
+
+// One primitive argument: the plain layout tapegrad holds, the layout the primitive wants, and the reorder
+// between them when they differ (into the primitive for an input, out of it for an output).
+struct Operand {
+  int argument;
+  memory::desc user, inner;
+  std::optional<dnnl::reorder> reorder;
+  bool output;
+};
+
+// Note: an entry is immutable once built and shared by pointer, so a call keeps using it while another thread
+// evicts it; oneDNN primitives may execute concurrently from several threads (the scratchpad is the caller's).
+struct Entry {
+  dnnl::primitive primitive;
+  std::vector<Operand> operands;
+  memory::desc scratchpad;
+};
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+memory::dims dims(std::initializer_list<std::int64_t> values) { return memory::dims(values); }
+
+memory::desc plain(const memory::dims& shape, Tag tag) { return memory::desc(shape, memory::data_type::f32, tag); }
+memory::desc any(const memory::dims& shape) { return memory::desc(shape, memory::data_type::f32, Tag::any); }
+
+// The descriptions every direction shares: the plain user layouts and the convolution's parameters.
+struct Shapes {
+  memory::dims src, weights, bias, dst, strides, dilates, padding_l, padding_r;
+  Tag weights_tag;
+  explicit Shapes(const ConvGeometry& g)
+      : src(dims({g.n, g.c, g.h, g.w})),
+        weights(g.groups == 1 ? dims({g.o, g.c, g.kh, g.kw}) : dims({g.groups, g.og(), g.cg(), g.kh, g.kw})),
+        bias(dims({g.o})),
+        dst(dims({g.n, g.o, g.oh, g.ow})),
+        strides(dims({g.stride_h, g.stride_w})),
+        // Note: oneDNN counts the dilation from 0 (dense is 0), PyTorch from 1.
+        dilates(dims({g.dilation_h - 1, g.dilation_w - 1})),
+        padding_l(dims({g.padding_h, g.padding_w})),
+        // Note: the right padding may exceed what the last window reads (floor mode); oneDNN accepts that as
+        // long as its output-size formula gives the same extent, which it does with equal padding.
+        padding_r(dims({g.padding_h, g.padding_w})),
+        weights_tag(g.groups == 1 ? Tag::oihw : Tag::goihw) {}
+};
+
+Operand operand(int argument, const memory::desc& user, const memory::desc& inner, bool output) {
+  Operand result{argument, user, inner, std::nullopt, output};
+  if (user != inner) {
+    const dnnl::engine& engine = cpu_engine();
+    result.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine, inner, engine, user))
+                            : dnnl::reorder(dnnl::reorder::primitive_desc(engine, user, engine, inner));
+  }
+  return result;
+}
+
+dnnl::primitive_attr user_scratchpad() {
+  // Note: the scratchpad comes from tapegrad's block cache per call (user mode) instead of oneDNN's own
+  // allocation, so a steady-state step touches no fresh pages and concurrent calls never share one.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::convolution_forward::primitive_desc forward_desc(const Shapes& s, bool bias) {
+  const auto desc =
+      bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             any(s.src), any(s.weights), plain(s.bias, Tag::x), any(s.dst), s.strides,
+                                             s.dilates, s.padding_l, s.padding_r)
+           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                             any(s.src), any(s.weights), any(s.dst), s.strides, s.dilates,
+                                             s.padding_l, s.padding_r);
+  return {desc, user_scratchpad(), cpu_engine()};
+}
+
+std::shared_ptr<const Entry> build(const Key& key) {
+  const Shapes s(key.g);
+  const memory::desc src = plain(s.src, Tag::nchw), weights = plain(s.weights, s.weights_tag),
+                     dst = plain(s.dst, Tag::nchw), bias = plain(s.bias, Tag::x);
+  auto entry = std::make_shared<Entry>();
+  // Note: the backward primitives take the forward one as a hint (oneDNN picks matching layouts and kernels).
+  const auto forward_pd = forward_desc(s, key.bias);
+  switch (key.direction) {
+    case ConvDirection::forward: {
+      entry->primitive = dnnl::convolution_forward(forward_pd);
+      entry->operands = {operand(DNNL_ARG_SRC, src, forward_pd.src_desc(), false),
+                         operand(DNNL_ARG_WEIGHTS, weights, forward_pd.weights_desc(), false),
+                         operand(DNNL_ARG_DST, dst, forward_pd.dst_desc(), true)};
+      if (key.bias) entry->operands.push_back(operand(DNNL_ARG_BIAS, bias, bias, false));
+      entry->scratchpad = forward_pd.scratchpad_desc();
+      break;
+    }
+    case ConvDirection::input_grad: {
+      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any(s.src),
+                                                       any(s.weights), any(s.dst), s.strides, s.dilates,
+                                                       s.padding_l, s.padding_r);
+      const dnnl::convolution_backward_data::primitive_desc pd(desc, user_scratchpad(), cpu_engine(), forward_pd);
+      entry->primitive = dnnl::convolution_backward_data(pd);
+      entry->operands = {operand(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false),
+                         operand(DNNL_ARG_WEIGHTS, weights, pd.weights_desc(), false),
+                         operand(DNNL_ARG_DIFF_SRC, src, pd.diff_src_desc(), true)};
+      entry->scratchpad = pd.scratchpad_desc();
+      break;
+    }
+    case ConvDirection::weight_grad: {
+      const auto desc =
+          key.bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(s.src),
+                                                              any(s.weights), plain(s.bias, Tag::x), any(s.dst),
+                                                              s.strides, s.dilates, s.padding_l, s.padding_r)
+                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(s.src),
+                                                              any(s.weights), any(s.dst), s.strides, s.dilates,
+                                                              s.padding_l, s.padding_r);
+      const dnnl::convolution_backward_weights::primitive_desc pd(desc, user_scratchpad(), cpu_engine(), forward_pd);
+      entry->primitive = dnnl::convolution_backward_weights(pd);
+      entry->operands = {operand(DNNL_ARG_SRC, src, pd.src_desc(), false),
+                         operand(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false),
+                         operand(DNNL_ARG_DIFF_WEIGHTS, weights, pd.diff_weights_desc(), true)};
+      if (key.bias) entry->operands.push_back(operand(DNNL_ARG_DIFF_BIAS, bias, bias, true));
+      entry->scratchpad = pd.scratchpad_desc();
+      break;
+    }
+  }
+  return entry;
+}
+
+// A least-recently-used map from Key to Entry, at most `capacity` entries.
+// Note: bounded because a program that sees many shapes (variable image sizes, a shape sweep) would otherwise
+// keep every primitive's JIT code alive; 128 covers a ResNet's distinct (shape, direction) pairs several times.
+class Cache {
+ public:
+  static constexpr std::size_t capacity = 128;
+
+  std::shared_ptr<const Entry> get(const Key& key) {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto found = map_.find(key); found != map_.end()) {
+        order_.splice(order_.begin(), order_, found->second.second);
+        return found->second.first;
+      }
+    }
+    // Note: built outside the lock (creating a primitive JIT-compiles, ~milliseconds); two threads that miss
+    // the same key both build, and the first insertion wins.
+    std::shared_ptr<const Entry> entry = build(key);
+    std::lock_guard lock(mutex_);
+    if (auto found = map_.find(key); found != map_.end()) return found->second.first;
+    order_.push_front(key);
+    map_.emplace(key, std::make_pair(entry, order_.begin()));
+    if (map_.size() > capacity) {
+      map_.erase(order_.back());
+      order_.pop_back();
+    }
+    return entry;
+  }
+
+  std::size_t size() {
+    std::lock_guard lock(mutex_);
+    return map_.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<Key> order_;  // most recently used first
+  std::unordered_map<Key, std::pair<std::shared_ptr<const Entry>, std::list<Key>::iterator>, KeyHash> map_;
+};
+
+Cache& cache() {
+  static Cache instance;
+  return instance;
+}
+
+// Runs the primitive of `key` on the user's plain buffers, given per argument in `pointers` (matching the
+// entry's operands by argument id): inputs reordered in, the primitive, outputs reordered out.
+void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers) {
+  const std::shared_ptr<const Entry> entry = cache().get(key);
+  const dnnl::engine& engine = cpu_engine();
+  // Note: a stream per thread; oneDNN's CPU stream is in-order and executes synchronously with OpenMP.
+  thread_local dnnl::stream stream(engine);
+  std::deque<Storage> buffers;  // a deque: Storage does not move
+  const auto buffer = [&](const memory::desc& desc) {
+    buffers.emplace_back(desc.get_size());
+    return buffers.back().data();
+  };
+  std::unordered_map<int, memory> arguments;
+  std::vector<std::pair<memory, memory>> outputs;  // (inner, user) pairs to reorder after the primitive
+  for (const Operand& op : entry->operands) {
+    void* pointer = nullptr;
+    for (const auto& [argument, given] : pointers)
+      if (argument == op.argument) pointer = given;
+    memory user(op.user, engine, pointer);
+    if (!op.reorder) {
+      arguments.emplace(op.argument, user);
+      continue;
+    }
+    memory inner(op.inner, engine, buffer(op.inner));
+    arguments.emplace(op.argument, inner);
+    if (op.output)
+      outputs.emplace_back(inner, user);
+    else
+      op.reorder->execute(stream, user, inner);
+  }
+  if (entry->scratchpad.get_size() > 0)
+    arguments.emplace(DNNL_ARG_SCRATCHPAD, memory(entry->scratchpad, engine, buffer(entry->scratchpad)));
+  entry->primitive.execute(stream, arguments);
+  std::size_t next = 0;
+  for (const Operand& op : entry->operands)
+    if (op.reorder && op.output) {
+      auto& [inner, user] = outputs[next++];
+      op.reorder->execute(stream, inner, user);
+    }
+  stream.wait();
+}
+
+// Note: oneDNN reports failures as exceptions (an unsupported configuration, out of memory); the ops' shape
+// checks rule out invalid arguments, so one reaching here is reported with the geometry.
+template <class F>
+void guarded(const char* op, const ConvGeometry& g, F f) {
+  try {
+    f();
+  } catch (const dnnl::error& e) {
+    fail("{}: oneDNN failed ({}, status {}) for input [{}, {}, {}, {}], weight [{}, {}, {}, {}], stride ({}, {}), "
+         "padding ({}, {}), dilation ({}, {}), groups {}",
+         op, e.what(), static_cast<int>(e.status), g.n, g.c, g.h, g.w, g.o, g.cg(), g.kh, g.kw, g.stride_h,
+         g.stride_w, g.padding_h, g.padding_w, g.dilation_h, g.dilation_w, g.groups);
+  }
+}
+
+Key key(ConvDirection direction, const ConvGeometry& g, bool bias) {
+  return Key{direction, g, bias, omp_in_parallel() ? 1 : omp_get_max_threads()};
+}
+
+}  // namespace
+
+void forward(const float* x, const float* w, const float* bias, float* out, const ConvGeometry& g) {
+  if (g.n == 0) return;  // an empty batch has nothing to compute (and oneDNN rejects some zero extents)
+  guarded("conv2d", g, [&] {
+    run(key(ConvDirection::forward, g, bias != nullptr),
+        {{DNNL_ARG_SRC, const_cast<float*>(x)},
+         {DNNL_ARG_WEIGHTS, const_cast<float*>(w)},
+         {DNNL_ARG_BIAS, const_cast<float*>(bias)},
+         {DNNL_ARG_DST, out}});
+  });
+}
+
+void input_grad(const float* grad_output, const float* w, float* dx, const ConvGeometry& g) {
+  if (g.n == 0) return;
+  guarded("conv2d_input_grad", g, [&] {
+    run(key(ConvDirection::input_grad, g, false), {{DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)},
+                                                   {DNNL_ARG_WEIGHTS, const_cast<float*>(w)},
+                                                   {DNNL_ARG_DIFF_SRC, dx}});
+  });
+}
+
+void weight_grad(const float* x, const float* grad_output, float* dw, float* db, const ConvGeometry& g) {
+  if (g.n == 0) {  // an empty sum
+    std::fill(dw, dw + g.o * g.cg() * g.kh * g.kw, 0.0f);
+    if (db) std::fill(db, db + g.o, 0.0f);
+    return;
+  }
+  guarded("conv2d_weight_grad", g, [&] {
+    run(key(ConvDirection::weight_grad, g, db != nullptr), {{DNNL_ARG_SRC, const_cast<float*>(x)},
+                                                            {DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)},
+                                                            {DNNL_ARG_DIFF_WEIGHTS, dw},
+                                                            {DNNL_ARG_DIFF_BIAS, db}});
+  });
+}
+
+std::size_t cache_size() { return cache().size(); }
+std::size_t cache_capacity() { return Cache::capacity; }
+
+}  // namespace tapegrad::kernels::onednn
