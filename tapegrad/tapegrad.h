@@ -16,6 +16,7 @@
 #include <tapegrad/framework/ops/batch_norm.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/conv.h>
+#include <tapegrad/framework/ops/conv_transpose.h>
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/embedding.h>
@@ -35,6 +36,7 @@
 #include <tapegrad/layers/batch_norm_fusion.h>
 #include <tapegrad/layers/batch_norm_statistics.h>
 #include <tapegrad/layers/conv.h>
+#include <tapegrad/layers/conv_transpose.h>
 #include <tapegrad/layers/dropout.h>
 #include <tapegrad/layers/embedding.h>
 #include <tapegrad/layers/flatten.h>
@@ -42,6 +44,7 @@
 #include <tapegrad/layers/instance_norm.h>
 #include <tapegrad/layers/layer_norm.h>
 #include <tapegrad/layers/linear.h>
+#include <tapegrad/layers/loss.h>
 #include <tapegrad/layers/pool.h>
 #include <tapegrad/layers/sequential.h>
 #include <tapegrad/optim/adam.h>

@@ -19,9 +19,11 @@ std::uint64_t mix(std::uint64_t z) {
 }
 }  // namespace
 
-Dropout::Dropout(DropoutOptions options) : Module("Dropout"), options_(options) {
+Dropout::Dropout(DropoutOptions options) : Dropout(options, "Dropout") {}
+
+Dropout::Dropout(DropoutOptions options, const char* name) : Module(name), options_(options) {
   if (!(options.p >= 0.0 && options.p <= 1.0))
-    fail("Dropout: probability has to be between 0 and 1, but got {}", options.p);
+    fail("{}: probability has to be between 0 and 1, but got {}", name, options.p);
   const std::uint64_t seed = options.seed ? *options.seed : default_generator().next_bits();
   Tensor seed_bits = zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64));
   *seed_bits.data<std::int64_t>() = std::bit_cast<std::int64_t>(seed);
@@ -32,16 +34,20 @@ Dropout::Dropout(DropoutOptions options) : Module("Dropout"), options_(options) 
 std::uint64_t Dropout::seed() const { return std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>()); }
 
 // Note: mix is a bijection, so for one seed every call k gets a different generator seed.
-Tensor Dropout::forward(const Tensor& input) {
-  if (!is_training()) return dropout(input, options_.p, false);
+Tensor Dropout::with_next_generator(const std::function<Tensor(Generator&)>& op) {
   std::int64_t& calls = *num_masks_drawn.data<std::int64_t>();
   // Note: the count may come from a file; the largest one cannot be incremented.
   if (calls < 0 || calls == std::numeric_limits<std::int64_t>::max())
-    fail("Dropout: num_masks_drawn is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", calls);
+    fail("{}: num_masks_drawn is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", type_name(), calls);
   Generator generator(mix(seed() ^ mix(static_cast<std::uint64_t>(calls))));
-  Tensor output = dropout(input, options_.p, true, generator);
+  Tensor output = op(generator);
   ++calls;  // only after the op, so a rejected input does not move the stream
   return output;
+}
+
+Tensor Dropout::forward(const Tensor& input) {
+  if (!is_training()) return dropout(input, options_.p, false);
+  return with_next_generator([&](Generator& generator) { return dropout(input, options_.p, true, generator); });
 }
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}", options_.p); }
@@ -59,6 +65,18 @@ void Dropout::upgrade_state(NamedTensors& state, const std::string& prefix, int 
   };
   if (from_version < 2) add_if_absent("num_masks_drawn", zeros(Shape{}, TensorOptions{}.with_dtype(DType::Int64)));
   if (from_version < 3) add_if_absent("mask_seed", mask_seed.clone());
+}
+
+Dropout2d::Dropout2d(DropoutOptions options) : Dropout(options, "Dropout2d") {}
+
+Tensor Dropout2d::forward(const Tensor& input) {
+  const double p = dropout_options().p;
+  if (!is_training()) return dropout2d(input, p, false);
+  return with_next_generator([&](Generator& generator) { return dropout2d(input, p, true, generator); });
+}
+
+std::shared_ptr<Module> Dropout2d::clone() const {
+  return clone_into(std::make_shared<Dropout2d>(DropoutOptions{dropout_options()}.with_seed(seed())));
 }
 
 }  // namespace tapegrad::nn

@@ -2,6 +2,7 @@
 /// nn::Dropout: inverted dropout in training mode, the identity in eval mode, with its own random stream.
 #include <tapegrad/export.h>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,12 @@ class Dropout : public Module {
   Tensor num_masks_drawn;
 
  protected:
+  /// For a subclass (Dropout2d): the same stream and buffers under another module name.
+  Dropout(DropoutOptions options, const char* name);
+  /// Calls `op` with the generator of the next training-mode mask, then advances the stream (only when `op`
+  /// returned: a rejected input does not move it).
+  Tensor with_next_generator(const std::function<Tensor(Generator&)>& op);
+  const DropoutOptions& dropout_options() const { return options_; }
   /// Version 2 added num_masks_drawn (version 1 did not save the stream's position); version 3 added
   /// mask_seed (until then every layer's seed was the option's, 5489 unless given).
   int state_version() const override { return 3; }
@@ -59,6 +66,17 @@ class Dropout : public Module {
 
  private:
   DropoutOptions options_;
+};
+
+/// nn::Dropout2d: channel-wise dropout (dropout2d) over [N, C, H, W] or [C, H, W]: in training mode each feature
+/// map is zeroed as a whole with probability p and the kept ones scaled by 1 / (1 - p); the identity in eval mode.
+/// Its random stream and state (mask_seed, num_masks_drawn) work exactly as Dropout's.
+class Dropout2d : public Dropout {
+ public:
+  explicit Dropout2d(DropoutOptions options = {});
+  explicit Dropout2d(double p) : Dropout2d(DropoutOptions{}.with_p(p)) {}
+  Tensor forward(const Tensor& input) override;
+  std::shared_ptr<Module> clone() const override;
 };
 
 }  // namespace tapegrad::nn

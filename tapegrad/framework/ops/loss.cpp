@@ -1,6 +1,7 @@
 // Losses. cross_entropy and nll_loss are one fused record each (reduction included); their first-order
 // backward is a raw kernel, and under create_graph it is rebuilt from recorded ops so that it is itself
-// differentiable. binary_cross_entropy_with_logits is one fused elementwise record followed by the reduction.
+// differentiable. binary_cross_entropy and binary_cross_entropy_with_logits are one fused elementwise record each,
+// followed by the weight and the reduction.
 #include <tapegrad/framework/ops/loss.h>
 
 #include <algorithm>
@@ -347,6 +348,57 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     };
   });
   if (options.weight.defined()) {
+    if (broadcast_shapes(options.weight.shape(), input.shape(), op) != input.shape())
+      fail("{}: weight {} does not broadcast to input {}", op, shape_string(options.weight.shape()),
+           shape_string(input.shape()));
+    out = mul(out, options.weight);
+  }
+  return reduce(out, options.reduction);
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BceOptions& options) {
+  const char* op = "binary_cross_entropy";
+  input.check_defined(op);
+  target.check_defined(op);
+  if (!is_floating(input.dtype()) || input.dtype() != target.dtype())
+    fail("{}: input is {} and target is {}; expected the same float dtype", op, dtype_name(input.dtype()),
+         dtype_name(target.dtype()));
+  if (input.shape() != target.shape())
+    fail("{}: target size {} must be the same as input size {}", op, shape_string(target.shape()),
+         shape_string(input.shape()));
+  Tensor out = empty(input.shape(), input.dtype());
+  detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = input.data<T>();
+    const T* pt = target.data<T>();
+    T* po = out.data<T>();
+    for (std::int64_t i = 0; i < input.numel(); ++i) {
+      const T x = px[i], t = pt[i];
+      if (!(x >= T(0) && x <= T(1)))
+        fail("{}: all elements of input should be between 0 and 1, got {} at index {}", op, x, i);
+      // Note: PyTorch clamps each log at -100, so a saturated prediction costs at most 100, never infinity.
+      const T log_x = std::max(std::log(x), T(-100)), log_1mx = std::max(std::log1p(-x), T(-100));
+      po[i] = -(t * log_x + (T(1) - t) * log_1mx);
+    }
+  });
+  out = record_if_needed(op, out, {input, target}, [&] {
+    return [sx = SavedTensor(input, op), st = SavedTensor(target, op)](const Tensor& g, NeedsGrad needs) {
+      const Tensor& x = sx.get();
+      const Tensor& t = st.get();
+      std::vector<Tensor> grads(2);
+      // d/dx = (x - t) / (x (1 - x)), its denominator kept >= 1e-12 as PyTorch's; d/dt = log(1 - x) - log(x),
+      // with the forward's clamps. Written with ops so that create_graph differentiates them again.
+      // Note: PyTorch's floor is the float constant 1e-12f (9.99999996e-13), used here too so saturated inputs agree.
+      constexpr double floor = static_cast<double>(1e-12f);
+      if (needs[0]) grads[0] = mul(g, div(sub(x, t), clamp(mul(x, rsub(x, 1.0)), floor, std::nullopt)));
+      if (needs[1])
+        grads[1] = mul(g, sub(clamp(log(rsub(x, 1.0)), -100.0, std::nullopt), clamp(log(x), -100.0, std::nullopt)));
+      return grads;
+    };
+  });
+  if (options.weight.defined()) {
+    if (options.weight.dtype() != input.dtype())
+      fail("{}: weight is {} but input is {}", op, dtype_name(options.weight.dtype()), dtype_name(input.dtype()));
     if (broadcast_shapes(options.weight.shape(), input.shape(), op) != input.shape())
       fail("{}: weight {} does not broadcast to input {}", op, shape_string(options.weight.shape()),
            shape_string(input.shape()));

@@ -36,6 +36,19 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 /// |input - target|; shapes broadcast.
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
+/// Options for binary_cross_entropy (on probabilities).
+struct BceOptions {
+  Reduction reduction = Reduction::Mean;
+  /// Optional per-element rescaling, broadcast to the input's shape.
+  Tensor weight{};
+};
+
+/// -weight * (t log(x) + (1 - t) log(1 - x)) for probabilities x in [0, 1] (e.g. a sigmoid's output) and
+/// targets t of the input's shape. As PyTorch, each log is clamped to >= -100, so x = 0 or 1 gives a finite
+/// loss, and the input gradient weight * (x - t) / max(x (1 - x), 1e-12) stays finite. Differentiable in input,
+/// target and weight. Prefer binary_cross_entropy_with_logits on logits: it is stabler.
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BceOptions& options = {});
+
 /// Options for binary_cross_entropy_with_logits.
 struct BceWithLogitsOptions {
   Reduction reduction = Reduction::Mean;
