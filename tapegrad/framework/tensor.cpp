@@ -8,6 +8,22 @@
 
 namespace tapegrad {
 
+namespace detail {
+namespace {
+thread_local bool inference_mode = false;
+}
+bool inference_mode_enabled() { return inference_mode; }
+void set_inference_mode_enabled(bool enabled) { inference_mode = enabled; }
+
+void check_not_inference(const Tensor& t, const char* op, const char* use) {
+  if (t.defined() && t.impl()->is_inference)
+    fail("{}: an inference tensor (shape {}, created under InferenceMode) cannot {}; autograd cannot track "
+         "it. Make a normal copy with clone() outside InferenceMode, or run this under InferenceMode or "
+         "NoGradGuard",
+         op, shape_string(t.shape()), use);
+}
+}  // namespace detail
+
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
 void Tensor::check_defined(const char* op) const {
@@ -109,6 +125,7 @@ bool Tensor::requires_grad() const { return impl_ && impl_->autograd != nullptr;
 Tensor& Tensor::requires_grad_(bool requires_grad) {
   check_defined("requires_grad_");
   if (requires_grad) {
+    detail::check_not_inference(*this, "requires_grad_", "require grad");
     if (impl_->is_buffer)
       fail("requires_grad_: tensor of shape {} is a module buffer; buffers are never differentiated (register it "
            "as a parameter instead)",
@@ -167,6 +184,8 @@ void Tensor::set_data(const Tensor& source) {
 }
 
 bool Tensor::is_buffer() const { return impl_ && impl_->is_buffer; }
+
+bool Tensor::is_inference() const { return impl_ && impl_->is_inference; }
 
 void Tensor::mark_as_buffer() {
   check_defined("mark_as_buffer");

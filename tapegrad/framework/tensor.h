@@ -87,7 +87,7 @@ class Tensor {
   Tensor& add_(double value);
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
-  /// The version counter of the underlying storage (bumped by every in-place op).
+  /// The version counter of the underlying storage (bumped by every in-place op, except on inference tensors).
   std::uint64_t version() const;
 
   /// Same values, new shape with the same numel (one extent may be -1). Shares storage; differentiable.
@@ -103,6 +103,8 @@ class Tensor {
   bool is_buffer() const;
   /// Marks this tensor as a module buffer (Module::register_buffer does this).
   void mark_as_buffer();
+  /// True for tensors created under InferenceMode (see autograd/grad_mode.h): they never enter autograd.
+  bool is_inference() const;
 
   /// True when both handles point at the same implementation.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }

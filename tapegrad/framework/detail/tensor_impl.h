@@ -33,6 +33,16 @@ struct TensorImpl {
   DType dtype = DType::Float32;
   std::shared_ptr<AutogradMeta> autograd;  // null: does not require grad
   bool is_buffer = false;                  // module state that is never differentiated
+  bool is_inference = false;               // created under InferenceMode: never enters autograd
 };
+
+namespace detail {
+// The InferenceMode flag of the calling thread. It lives at this level (not beside grad mode) because the
+// factories, which sit below autograd, mark the tensors they create.
+bool inference_mode_enabled();
+void set_inference_mode_enabled(bool enabled);
+// Throws "<op>: ... inference tensor ..." when `t` was created under InferenceMode.
+void check_not_inference(const Tensor& t, const char* op, const char* use);
+}  // namespace detail
 
 }  // namespace tapegrad

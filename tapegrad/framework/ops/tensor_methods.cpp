@@ -82,6 +82,11 @@ namespace {
 // Note: in-place ops are never recorded. Writing into a tensor that autograd tracks would silently
 // corrupt gradients, so it is refused while grad mode is on; optimizers and buffer updates run under
 // NoGradGuard, where it is allowed.
+// Note: inference tensors keep no version (nothing can have saved them), as in PyTorch.
+void bump_version(TensorImpl& impl) {
+  if (!impl.is_inference) impl.storage->bump_version();
+}
+
 void check_in_place(const Tensor& t, const char* op) {
   t.check_defined(op);
   if (t.requires_grad() && is_grad_enabled())
@@ -101,7 +106,7 @@ Tensor& Tensor::fill_(double value) {
     const T v = static_cast<T>(value);
     for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = v;
   });
-  impl_->storage->bump_version();
+  bump_version(*impl_);
   return *this;
 }
 
@@ -117,7 +122,7 @@ Tensor& Tensor::copy_(const Tensor& source) {
     detail::broadcast_binary(out, shape(), converted.data<T>(), converted.shape(), out, shape(),
                              [](T, T s) { return s; });
   });
-  impl_->storage->bump_version();
+  bump_version(*impl_);
   return *this;
 }
 
@@ -135,7 +140,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
     detail::broadcast_binary(out, shape(), other.data<T>(), other.shape(), out, shape(),
                              [a](T x, T y) { return x + a * y; });
   });
-  impl_->storage->bump_version();
+  bump_version(*impl_);
   return *this;
 }
 
@@ -146,7 +151,7 @@ Tensor& Tensor::add_(double value) {
     T* p = data<T>();
     for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = static_cast<T>(p[i] + value);
   });
-  impl_->storage->bump_version();
+  bump_version(*impl_);
   return *this;
 }
 
@@ -163,7 +168,7 @@ Tensor& Tensor::mul_(const Tensor& other) {
     detail::broadcast_binary(out, shape(), other.data<T>(), other.shape(), out, shape(),
                              [](T x, T y) { return x * y; });
   });
-  impl_->storage->bump_version();
+  bump_version(*impl_);
   return *this;
 }
 
@@ -174,7 +179,7 @@ Tensor& Tensor::mul_(double value) {
     T* p = data<T>();
     for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = static_cast<T>(p[i] * value);
   });
-  impl_->storage->bump_version();
+  bump_version(*impl_);
   return *this;
 }
 
