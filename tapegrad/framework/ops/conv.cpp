@@ -307,7 +307,8 @@ void weight_grad_kernel(const T* x, const T* gout, T* dw, const Geometry& g) {
 }
 
 // The bias gradient: grad_output summed over batch and positions, per channel.
-Tensor bias_grad(const Tensor& grad_output) {
+Tensor bias_grad(const Tensor& grad_output_in) {
+  const Tensor grad_output = grad_output_in.contiguous();
   const std::int64_t n = grad_output.size(0), o = grad_output.size(1), l = grad_output.size(2) * grad_output.size(3);
   Tensor out = empty({o}, grad_output.dtype());
   detail::dispatch_floating(grad_output.dtype(), "conv2d", [&](auto tag) {
@@ -324,7 +325,8 @@ Tensor bias_grad(const Tensor& grad_output) {
   return out;
 }
 
-Tensor conv2d_batched(const Tensor& input, const Tensor& weight, const Tensor& bias, const ConvParams& p) {
+Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const ConvParams& p) {
+  const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
   const Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
   if (bias.defined()) {
     check_floating_pair("conv2d", input, "input", bias, "bias");
@@ -371,8 +373,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   return conv2d_batched(input, weight, bias, p);
 }
 
-Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape, IntPair stride,
+Tensor conv2d_input_grad(const Tensor& grad_output_in, const Tensor& weight_in, const Shape& input_shape, IntPair stride,
                          IntPair padding, IntPair dilation, std::int64_t groups) {
+  const Tensor grad_output = grad_output_in.contiguous(), weight = weight_in.contiguous();
   check_floating_pair("conv2d_input_grad", grad_output, "grad_output", weight, "weight");
   const ConvParams p{stride, padding, dilation, groups};
   const Geometry g = make_geometry("conv2d_input_grad", input_shape, weight.shape(), p);
@@ -394,8 +397,9 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, const 
   });
 }
 
-Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, const Shape& weight_shape, IntPair stride,
+Tensor conv2d_weight_grad(const Tensor& input_in, const Tensor& grad_output_in, const Shape& weight_shape, IntPair stride,
                           IntPair padding, IntPair dilation, std::int64_t groups) {
+  const Tensor input = input_in.contiguous(), grad_output = grad_output_in.contiguous();
   check_floating_pair("conv2d_weight_grad", input, "input", grad_output, "grad_output");
   const ConvParams p{stride, padding, dilation, groups};
   const Geometry g = make_geometry("conv2d_weight_grad", input.shape(), weight_shape, p);

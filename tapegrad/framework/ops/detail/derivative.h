@@ -13,7 +13,8 @@ namespace tapegrad::detail {
 /// g * d(saved) in one pass: `derivative` maps each element of `saved` (the op's input or its output values)
 /// to the local derivative. `g` and `saved` have the same shape and dtype.
 template <class F>
-Tensor times_local_derivative(const Tensor& g, const Tensor& saved, const char* op, F derivative) {
+Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const char* op, F derivative) {
+  const Tensor g = g_in.contiguous(), saved = saved_in.contiguous();
   Tensor out = empty(g.shape(), g.dtype());
   dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
