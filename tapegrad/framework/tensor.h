@@ -22,6 +22,9 @@ namespace tapegrad {
 class Storage;
 struct TensorImpl;
 struct AutogradMeta;
+namespace indexing {
+class TensorIndex;
+}
 
 /// Note: a Tensor is a handle. Copying a Tensor copies the handle, so both names see the same values and
 /// the same .grad (as in libtorch). Use clone() for an independent copy and detach() for a handle that
@@ -125,6 +128,16 @@ class Tensor {
   Tensor squeeze() const;
   Tensor squeeze(std::int64_t dim) const;
 
+  // ---- indexing (ops/index.h; libtorch's spelling) ----
+  /// `x.index({0, Slice(1, None, 2), None, Ellipsis})`: integers, Slices, None and Ellipsis give a view; int64
+  /// index tensors and masks (advanced indexing) give a copy. Differentiable.
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  /// x[indices] = values in place (values broadcast to the indexed shape, same dtype); bumps the version.
+  /// Refused while grad mode is on when x or values require grad: index_put() is the differentiable form.
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);
 
   /// Replaces the values, shape and dtype behind this handle with `source`'s (sharing its storage), keeping
   /// this tensor's identity, so every handle to it sees the change. Used by Module::to and clone. A .grad
