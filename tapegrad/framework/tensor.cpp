@@ -55,7 +55,8 @@ Tensor make_view(const Tensor& x, Shape shape, Shape strides, std::int64_t offse
   impl->storage = from.storage;
   impl->dtype = from.dtype;
   impl->is_inference = from.is_inference;
-  impl->base = from.base ? from.base : x.impl();
+  std::shared_ptr<TensorImpl> root = from.base.lock();
+  impl->base = root ? root : x.impl();
   impl->set_layout(std::move(shape), std::move(strides), offset);
   return Tensor(impl);
 }
@@ -213,7 +214,7 @@ Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->autograd = nullptr;
   impl->is_buffer = false;
-  impl->base = nullptr;  // as in PyTorch, writing through a detached handle is allowed
+  impl->base.reset();  // as in PyTorch, writing through a detached handle is allowed
   return Tensor(impl);
 }
 

@@ -94,7 +94,7 @@ enum class Mode { AccumulateIntoLeaves, CaptureOnly };
 void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) {
   // A backward function may return a view (the gradient of permute is a permuted g); gradients are kept
   // contiguous, so .grad and the sums below can be read as flat arrays. Free when already contiguous.
-  gradient = gradient.contiguous();
+  if (!gradient.is_contiguous()) gradient = gradient.contiguous();
   if (meta.capture) meta.captured_grad = accumulate(meta.captured_grad, gradient);
   if (meta.is_leaf) {
     if (mode == Mode::CaptureOnly) return;

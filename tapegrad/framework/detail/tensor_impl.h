@@ -42,9 +42,10 @@ struct TensorImpl {
   std::shared_ptr<AutogradMeta> autograd;  // null: does not require grad
   bool is_buffer = false;                  // module state that is never differentiated
   bool is_inference = false;               // created under InferenceMode: never enters autograd
-  // The tensor a view was taken from (the first non-view in the chain), null for a non-view. An in-place
+  // The tensor a view was taken from (the first non-view in the chain), empty for a non-view. An in-place
   // op on a view is refused while grad mode is on and the base requires grad, as on the base itself.
-  std::shared_ptr<TensorImpl> base;
+  // Note: weak, so a view does not keep its base's autograd state (and, through it, gradients) alive.
+  std::weak_ptr<TensorImpl> base;
 
   void set_layout(Shape new_shape, Shape new_strides, std::int64_t new_offset);
 };

@@ -10,7 +10,8 @@ namespace tapegrad::detail {
 template <class F>
 Tensor map_floating(const Tensor& x_in, const char* op, F f) {
   x_in.check_defined(op);
-  const Tensor x = contiguous_values(x_in);
+  Tensor copy;  // only for a strided view; a contiguous input is read where it lies
+  const Tensor& x = x_in.is_contiguous() ? x_in : (copy = contiguous_values(x_in));
   Tensor out = empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);

@@ -210,7 +210,7 @@ void check_index_put(const Tensor& x, const Tensor& values, const char* op) {
     fail("{}: values are {} but the indexed tensor is {}; convert them with to()", op, dtype_name(values.dtype()),
          dtype_name(x.dtype()));
   if (!is_grad_enabled()) return;
-  const auto& base = x.impl()->base;
+  const std::shared_ptr<TensorImpl> base = x.impl()->base.lock();
   if (x.requires_grad() || (base && base->autograd))
     fail("{}: tensor of shape {} requires grad (or is a view of one); in-place changes are not recorded, so they "
          "are only allowed under NoGradGuard. index_put(x, indices, values) is the differentiable form",

@@ -188,7 +188,7 @@ void check_in_place(const Tensor& t, const char* op) {
     fail("{}: tensor of shape {} requires grad; in-place changes are not recorded, so they are only allowed "
          "under NoGradGuard",
          op, shape_string(t.shape()));
-  const auto& base = t.impl()->base;
+  const std::shared_ptr<TensorImpl> base = t.impl()->base.lock();
   if (base && base->autograd)
     fail("{}: tensor of shape {} is a view of a tensor of shape {} that requires grad; in-place changes are "
          "not recorded, so they are only allowed under NoGradGuard",

@@ -14,7 +14,9 @@ namespace tapegrad::detail {
 /// to the local derivative. `g` and `saved` have the same shape and dtype.
 template <class F>
 Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const char* op, F derivative) {
-  const Tensor g = g_in.contiguous(), saved = saved_in.contiguous();
+  Tensor g_copy, saved_copy;  // only for strided views
+  const Tensor& g = g_in.is_contiguous() ? g_in : (g_copy = g_in.contiguous());
+  const Tensor& saved = saved_in.is_contiguous() ? saved_in : (saved_copy = saved_in.contiguous());
   Tensor out = empty(g.shape(), g.dtype());
   dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
