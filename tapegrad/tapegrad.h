@@ -20,6 +20,7 @@
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/embedding.h>
+#include <tapegrad/framework/ops/index.h>
 #include <tapegrad/framework/ops/layer_norm.h>
 #include <tapegrad/framework/ops/linalg.h>
 #include <tapegrad/framework/ops/loss.h>

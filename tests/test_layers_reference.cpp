@@ -23,7 +23,6 @@ const std::map<std::string, Tensor>& reference() {
 
 const Tensor& at(const std::string& key) { return reference_entry(reference(), key); }
 double number(const std::string& key) { return at(key).item(); }
-bool has(const std::string& key) { return reference().count(key) != 0; }
 
 // The case names of the file that have a `case/field` entry.
 std::set<std::string> cases_with(const std::string& field) {

@@ -39,6 +39,7 @@ Tensor empty(const Shape& shape, DType dtype) {
   impl->shape = shape;
   impl->numel = checked_numel(shape, "empty");
   impl->dtype = dtype;
+  impl->is_inference = detail::inference_mode_enabled();
   const std::size_t bytes = checked_bytes(shape, element_size(dtype), "empty");
   try {
     impl->storage = std::make_shared<Storage>(bytes);

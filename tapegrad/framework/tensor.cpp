@@ -3,10 +3,94 @@
 // tape or consult grad mode, which sit above this file, so they are defined in ops/tensor_methods.cpp.
 #include <tapegrad/framework/tensor.h>
 
+#include <algorithm>
+
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/strided.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 
 namespace tapegrad {
+
+namespace detail {
+namespace {
+thread_local bool inference_mode = false;
+}
+bool inference_mode_enabled() { return inference_mode; }
+void set_inference_mode_enabled(bool enabled) { inference_mode = enabled; }
+
+void check_not_inference(const Tensor& t, const char* op, const char* use) {
+  if (t.defined() && t.impl()->is_inference)
+    fail("{}: an inference tensor (shape {}, created under InferenceMode) cannot {}; autograd cannot track "
+         "it. Make a normal copy with clone() outside InferenceMode, or run this under InferenceMode or "
+         "NoGradGuard",
+         op, shape_string(t.shape()), use);
+}
+}  // namespace detail
+
+bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
+  if (strides.size() != shape.size()) return true;
+  std::int64_t expected = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 0) return true;
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+void TensorImpl::set_layout(Shape new_shape, Shape new_strides, std::int64_t new_offset) {
+  shape = std::move(new_shape);
+  strides = std::move(new_strides);
+  offset = new_offset;
+  numel = shape_numel(shape);
+  contiguous = is_contiguous_layout(shape, strides);
+}
+
+namespace detail {
+
+Tensor make_view(const Tensor& x, Shape shape, Shape strides, std::int64_t offset) {
+  const TensorImpl& from = *x.impl();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = from.storage;
+  impl->dtype = from.dtype;
+  impl->is_inference = from.is_inference;
+  std::shared_ptr<TensorImpl> root = from.base.lock();
+  impl->base = root ? root : x.impl();
+  impl->set_layout(std::move(shape), std::move(strides), offset);
+  return Tensor(impl);
+}
+
+Tensor contiguous_values(const Tensor& t) {
+  if (!t.defined() || t.impl()->contiguous) return t;
+  const TensorImpl& from = *t.impl();
+  Tensor out = empty(from.shape, from.dtype);
+  dispatch_all(from.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = static_cast<const T*>(from.storage->data());
+    T* dst = out.data<T>();
+    for_each_run(from.shape, from.strides, from.offset,
+                 [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
+                   for (std::int64_t k = 0; k < inner; ++k) dst[o + k] = src[s + k * step];
+                 });
+  });
+  return out;
+}
+
+void write_strided(const Tensor& dst, const Tensor& src) {
+  const TensorImpl& to = *dst.impl();
+  dispatch_all(to.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* from = src.data<T>();
+    T* base = static_cast<T*>(to.storage->data());
+    for_each_run(to.shape, to.strides, to.offset,
+                 [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
+                   for (std::int64_t k = 0; k < inner; ++k) base[s + k * step] = from[o + k];
+                 });
+  });
+}
+
+}  // namespace detail
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
@@ -29,17 +113,27 @@ DType Tensor::dtype() const {
   return impl_->dtype;
 }
 
+namespace {
+[[noreturn]] void fail_not_contiguous(const TensorImpl& impl, const char* op) {
+  fail("{}: the tensor of shape {} is a non-contiguous view (strides {}, storage offset {}); its elements are "
+       "not in row-major order. Call contiguous() first (ops do this at entry)",
+       op, shape_string(impl.shape), shape_string(impl.strides), impl.offset);
+}
+}  // namespace
+
 template <class T>
 T* Tensor::data() {
   if (dtype() != dtype_of<T>())
     fail("data: tensor holds {}, asked for {}", dtype_name(dtype()), dtype_name(dtype_of<T>()));
-  return static_cast<T*>(impl_->storage->data());
+  if (!impl_->contiguous) fail_not_contiguous(*impl_, "data");
+  return static_cast<T*>(impl_->storage->data()) + impl_->offset;
 }
 template <class T>
 const T* Tensor::data() const {
   if (dtype() != dtype_of<T>())
     fail("data: tensor holds {}, asked for {}", dtype_name(dtype()), dtype_name(dtype_of<T>()));
-  return static_cast<const T*>(impl_->storage->data());
+  if (!impl_->contiguous) fail_not_contiguous(*impl_, "data");
+  return static_cast<const T*>(impl_->storage->data()) + impl_->offset;
 }
 template float* Tensor::data<float>();
 template double* Tensor::data<double>();
@@ -50,46 +144,66 @@ template const std::int64_t* Tensor::data<std::int64_t>() const;
 
 void* Tensor::raw_data() {
   check_defined("raw_data");
-  return impl_->storage->data();
+  if (!impl_->contiguous) fail_not_contiguous(*impl_, "raw_data");
+  return static_cast<unsigned char*>(impl_->storage->data()) +
+         static_cast<std::size_t>(impl_->offset) * element_size(impl_->dtype);
 }
 const void* Tensor::raw_data() const {
   check_defined("raw_data");
-  return impl_->storage->data();
+  if (!impl_->contiguous) fail_not_contiguous(*impl_, "raw_data");
+  return static_cast<const unsigned char*>(impl_->storage->data()) +
+         static_cast<std::size_t>(impl_->offset) * element_size(impl_->dtype);
+}
+
+bool Tensor::is_contiguous() const {
+  check_defined("is_contiguous");
+  return impl_->contiguous;
+}
+Shape Tensor::strides() const {
+  check_defined("strides");
+  return impl_->strides.size() == impl_->shape.size() ? impl_->strides : contiguous_strides(impl_->shape);
+}
+std::int64_t Tensor::stride(std::int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+std::int64_t Tensor::storage_offset() const {
+  check_defined("storage_offset");
+  return impl_->offset;
 }
 
 namespace {
-double element_as_double(const Tensor& t, std::int64_t flat) {
-  return detail::dispatch_all(t.dtype(), [&](auto tag) {
+// The element at storage position `at` (offset and strides already applied).
+double element_as_double(const TensorImpl& impl, std::int64_t at) {
+  return detail::dispatch_all(impl.dtype, [&](auto tag) {
     using T = decltype(tag);
-    return static_cast<double>(t.data<T>()[flat]);
+    return static_cast<double>(static_cast<const T*>(impl.storage->data())[at]);
   });
 }
 }  // namespace
 
 double Tensor::item() const {
   if (numel() != 1) fail("item: expected a one-element tensor, got shape {}", shape_string(shape()));
-  return element_as_double(*this, 0);
+  return element_as_double(*impl_, impl_->offset);
 }
 
 double Tensor::at(std::initializer_list<std::int64_t> index) const {
   if (static_cast<std::int64_t>(index.size()) != dim())
     fail("at: {} indices for a tensor of shape {}", index.size(), shape_string(shape()));
-  const Shape strides = contiguous_strides(shape());
-  std::int64_t flat = 0, d = 0;
+  const Shape strides = this->strides();
+  std::int64_t flat = impl_->offset, d = 0;
   for (std::int64_t i : index) {
     const std::int64_t extent = shape()[d];
     if (i < -extent || i >= extent) fail("at: index {} out of range for dim {} of shape {}", i, d, shape_string(shape()));
     flat += (i < 0 ? i + extent : i) * strides[d];
     ++d;
   }
-  return element_as_double(*this, flat);
+  return element_as_double(*impl_, flat);
 }
 
 std::vector<double> Tensor::to_vector() const {
   std::vector<double> values(static_cast<std::size_t>(numel()));
   detail::dispatch_all(dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* p = data<T>();
+    const Tensor values_in_order = detail::contiguous_values(*this);
+    const T* p = values_in_order.data<T>();
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(p[i]);
   });
   return values;
@@ -100,6 +214,7 @@ Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>(*impl_);
   impl->autograd = nullptr;
   impl->is_buffer = false;
+  impl->base.reset();  // as in PyTorch, writing through a detached handle is allowed
   return Tensor(impl);
 }
 
@@ -109,6 +224,7 @@ bool Tensor::requires_grad() const { return impl_ && impl_->autograd != nullptr;
 Tensor& Tensor::requires_grad_(bool requires_grad) {
   check_defined("requires_grad_");
   if (requires_grad) {
+    detail::check_not_inference(*this, "requires_grad_", "require grad");
     if (impl_->is_buffer)
       fail("requires_grad_: tensor of shape {} is a module buffer; buffers are never differentiated (register it "
            "as a parameter instead)",
@@ -158,15 +274,16 @@ void Tensor::set_data(const Tensor& source) {
   if (requires_grad() && !is_floating(source.dtype()))
     fail("set_data: a tensor that requires grad cannot take {} values", dtype_name(source.dtype()));
   impl_->storage = source.impl_->storage;
-  impl_->shape = source.impl_->shape;
-  impl_->numel = source.impl_->numel;
   impl_->dtype = source.impl_->dtype;
+  impl_->set_layout(source.impl_->shape, source.impl_->strides, source.impl_->offset);
   if (impl_->autograd && impl_->autograd->grad.defined() &&
       (impl_->autograd->grad.shape() != impl_->shape || impl_->autograd->grad.dtype() != impl_->dtype))
     impl_->autograd->grad = Tensor();
 }
 
 bool Tensor::is_buffer() const { return impl_ && impl_->is_buffer; }
+
+bool Tensor::is_inference() const { return impl_ && impl_->is_inference; }
 
 void Tensor::mark_as_buffer() {
   check_defined("mark_as_buffer");

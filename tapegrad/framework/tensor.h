@@ -22,11 +22,18 @@ namespace tapegrad {
 class Storage;
 struct TensorImpl;
 struct AutogradMeta;
+namespace indexing {
+class TensorIndex;
+}
 
 /// Note: a Tensor is a handle. Copying a Tensor copies the handle, so both names see the same values and
 /// the same .grad (as in libtorch). Use clone() for an independent copy and detach() for a handle that
-/// shares the values but not the autograd history. Storage is always contiguous and row-major; reshape
-/// and view share storage, transpose/permute/slicing copy.
+/// shares the values but not the autograd history. A tensor is storage + storage offset + sizes + strides
+/// (in elements), as in PyTorch: transpose, permute, t, narrow, select, slice, expand, squeeze, unsqueeze,
+/// view, integer/Slice index(), and reshape when the strides allow, return views that share the storage,
+/// so an in-place op through a view changes its base and bumps the version counter they share. Ops read
+/// non-contiguous inputs through contiguous() and always return fresh contiguous tensors; data<T>() and
+/// raw_data() refuse a non-contiguous view. See docs/views_and_indexing.md.
 class Tensor {
  public:
   /// An undefined tensor (no storage); defined() is false.
@@ -42,12 +49,23 @@ class Tensor {
   std::int64_t numel() const;
   DType dtype() const;
 
-  /// Typed pointer to the first element; throws when T does not match dtype().
+  /// Typed pointer to the first element; throws when T does not match dtype() or the tensor is not contiguous.
   template <class T> T* data();
   template <class T> const T* data() const;
-  /// Untyped pointer to the first element.
+  /// Untyped pointer to the first element; throws when the tensor is not contiguous.
   void* raw_data();
   const void* raw_data() const;
+
+  // ---- layout ----
+  /// True when the elements are in row-major order in memory (dims of extent 1 are ignored).
+  bool is_contiguous() const;
+  /// This tensor when contiguous; otherwise a contiguous copy of its values (differentiable).
+  Tensor contiguous() const;
+  /// Steps in elements between neighbours along each dim (0 along an expanded dim).
+  Shape strides() const;
+  std::int64_t stride(std::int64_t d) const;
+  /// Position of element (0, ..., 0) in the storage, in elements.
+  std::int64_t storage_offset() const;
 
   /// The single value of a one-element tensor, as double.
   double item() const;
@@ -87,13 +105,39 @@ class Tensor {
   Tensor& add_(double value);
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
-  /// The version counter of the underlying storage (bumped by every in-place op).
+  /// The version counter of the underlying storage (bumped by every in-place op, except on inference tensors).
   std::uint64_t version() const;
 
-  /// Same values, new shape with the same numel (one extent may be -1). Shares storage; differentiable.
+  /// Same values, new shape with the same numel (one extent may be -1); differentiable. A view sharing
+  /// storage when the strides allow (always for a contiguous tensor), otherwise a copy.
   Tensor reshape(const Shape& shape) const;
-  /// Same as reshape (storage is always contiguous).
-  Tensor view(const Shape& shape) const { return reshape(shape); }
+  /// Like reshape but always a view; throws when this tensor's strides cannot express `shape` (use reshape
+  /// or contiguous().view then).
+  Tensor view(const Shape& shape) const;
+
+  // ---- views (share storage; differentiable; see ops/shape_ops.h) ----
+  Tensor transpose(std::int64_t d0, std::int64_t d1) const;
+  Tensor permute(const std::vector<std::int64_t>& dims) const;
+  /// Transpose of a tensor of at most 2 dims.
+  Tensor t() const;
+  Tensor narrow(std::int64_t dim, std::int64_t start, std::int64_t length) const;
+  Tensor select(std::int64_t dim, std::int64_t index) const;
+  Tensor slice(std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  Tensor expand(const Shape& sizes) const;
+  Tensor unsqueeze(std::int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(std::int64_t dim) const;
+
+  // ---- indexing (ops/index.h; libtorch's spelling) ----
+  /// `x.index({0, Slice(1, None, 2), None, Ellipsis})`: integers, Slices, None and Ellipsis give a view; int64
+  /// index tensors and masks (advanced indexing) give a copy. Differentiable.
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  /// x[indices] = values in place (values broadcast to the indexed shape, same dtype); bumps the version.
+  /// Refused while grad mode is on when x or values require grad: index_put() is the differentiable form.
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);
 
   /// Replaces the values, shape and dtype behind this handle with `source`'s (sharing its storage), keeping
   /// this tensor's identity, so every handle to it sees the change. Used by Module::to and clone. A .grad
@@ -103,6 +147,8 @@ class Tensor {
   bool is_buffer() const;
   /// Marks this tensor as a module buffer (Module::register_buffer does this).
   void mark_as_buffer();
+  /// True for tensors created under InferenceMode (see autograd/grad_mode.h): they never enter autograd.
+  bool is_inference() const;
 
   /// True when both handles point at the same implementation.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }

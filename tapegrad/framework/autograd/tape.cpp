@@ -92,6 +92,9 @@ enum class Mode { AccumulateIntoLeaves, CaptureOnly };
 
 // Gives `meta` one more gradient contribution. Gradients add up, so a tensor used twice gets both.
 void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) {
+  // A backward function may return a view (the gradient of permute is a permuted g); gradients are kept
+  // contiguous, so .grad and the sums below can be read as flat arrays. Free when already contiguous.
+  if (!gradient.is_contiguous()) gradient = gradient.contiguous();
   if (meta.capture) meta.captured_grad = accumulate(meta.captured_grad, gradient);
   if (meta.is_leaf) {
     if (mode == Mode::CaptureOnly) return;
@@ -223,6 +226,7 @@ bool should_record(const std::vector<Tensor>& inputs) {
 
 Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
   if (inputs.size() > 64) fail("{}: at most 64 differentiable inputs per record", op);
+  for (const Tensor& input : inputs) detail::check_not_inference(input, op, "be used in an op that autograd records");
   if (!is_floating(output.dtype())) return output;
   Tape& t = tape();
   if (t.records.size() >= t.prune_threshold) prune(t);
@@ -251,7 +255,9 @@ Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& input
 }
 
 SavedTensor::SavedTensor(const Tensor& tensor, const char* op)
-    : tensor_(tensor), version_(tensor.defined() ? tensor.version() : 0), op_(op) {}
+    : tensor_(tensor), version_(tensor.defined() ? tensor.version() : 0), op_(op) {
+  detail::check_not_inference(tensor, op, "be saved for backward");
+}
 
 const Tensor& SavedTensor::get() const {
   if (tensor_.defined() && tensor_.version() != version_)

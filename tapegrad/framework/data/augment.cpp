@@ -17,7 +17,8 @@ Tensor augment(const Tensor& images, const Augmentation& augmentation, Generator
   const std::int64_t batch = images.size(0), channels = images.size(1), height = images.size(2),
                      width = images.size(3), pad = augmentation.crop_padding;
   Tensor out = empty(images.shape(), DType::Float32);
-  const float* in = images.data<float>();
+  const Tensor values = images.contiguous();  // a view's values, in row-major order
+  const float* in = values.data<float>();
   float* target = out.data<float>();
   const auto fill = static_cast<float>(augmentation.fill);
   for (std::int64_t b = 0; b < batch; ++b) {

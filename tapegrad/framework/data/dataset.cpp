@@ -24,7 +24,8 @@ Tensor gather_rows(const Tensor& source, const std::int64_t* indices, std::int64
   shape[0] = count;
   Tensor out = empty(shape, source.dtype());
   const std::size_t bytes = row_bytes(source);
-  const auto* from = static_cast<const unsigned char*>(source.raw_data());
+  const Tensor values = source.contiguous();  // a view's values, in row-major order
+  const auto* from = static_cast<const unsigned char*>(values.raw_data());
   auto* to = static_cast<unsigned char*>(out.raw_data());
   for (std::int64_t i = 0; i < count; ++i)
     std::memcpy(to + static_cast<std::size_t>(i) * bytes, from + static_cast<std::size_t>(indices[i]) * bytes, bytes);

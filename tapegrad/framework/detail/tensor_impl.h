@@ -26,13 +26,49 @@ struct AutogradMeta {
   bool crosses_tapes = false;
 };
 
+/// Note: element (i0, i1, ...) lives at storage element `offset + i0*strides[0] + i1*strides[1] + ...`.
+/// A fresh tensor is contiguous (row-major strides, offset 0); views share the storage with other strides
+/// and offset. `contiguous` caches whether the layout is row-major (dims of extent 1 ignored) so that
+/// data<T>() and the ops' contiguous() at entry cost one load on the contiguous path. Whoever changes
+/// shape, strides or offset calls set_layout, which keeps numel and `contiguous` in step.
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
+  Shape strides;            // in elements, one per dim; left empty for a row-major tensor (saves an allocation)
+  std::int64_t offset = 0;  // in elements
+  bool contiguous = true;
   std::int64_t numel = 0;
   DType dtype = DType::Float32;
   std::shared_ptr<AutogradMeta> autograd;  // null: does not require grad
   bool is_buffer = false;                  // module state that is never differentiated
+  bool is_inference = false;               // created under InferenceMode: never enters autograd
+  // The tensor a view was taken from (the first non-view in the chain), empty for a non-view. An in-place
+  // op on a view is refused while grad mode is on and the base requires grad, as on the base itself.
+  // Note: weak, so a view does not keep its base's autograd state (and, through it, gradients) alive.
+  std::weak_ptr<TensorImpl> base;
+
+  void set_layout(Shape new_shape, Shape new_strides, std::int64_t new_offset);
 };
+
+/// True when `strides` are row-major for `shape` (dims of extent 1 may have any stride; numel 0 counts;
+/// empty strides stand for row-major).
+bool is_contiguous_layout(const Shape& shape, const Shape& strides);
+
+namespace detail {
+// The InferenceMode flag of the calling thread. It lives at this level (not beside grad mode) because the
+// factories, which sit below autograd, mark the tensors they create.
+bool inference_mode_enabled();
+void set_inference_mode_enabled(bool enabled);
+// Throws "<op>: ... inference tensor ..." when `t` was created under InferenceMode.
+void check_not_inference(const Tensor& t, const char* op, const char* use);
+
+/// A view of `x`: same storage, the given layout, no autograd (the caller records it), x's base.
+Tensor make_view(const Tensor& x, Shape shape, Shape strides, std::int64_t offset);
+/// `t` itself when contiguous, else a fresh contiguous copy of its values that is not recorded: for ops
+/// that read raw pointers and record with the original tensor as input.
+Tensor contiguous_values(const Tensor& t);
+/// Writes the contiguous values `src` (of dst's shape and dtype) into dst's strided positions.
+void write_strided(const Tensor& dst, const Tensor& src);
+}  // namespace detail
 
 }  // namespace tapegrad

@@ -1,14 +1,17 @@
 #pragma once
 // Internal: a typed elementwise map producing a new tensor of the same shape and dtype.
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/tensor.h>
 
 namespace tapegrad::detail {
 
 /// out[i] = f(x[i]) for float32/float64 tensors; `op` names the op in the dtype error.
 template <class F>
-Tensor map_floating(const Tensor& x, const char* op, F f) {
-  x.check_defined(op);
+Tensor map_floating(const Tensor& x_in, const char* op, F f) {
+  x_in.check_defined(op);
+  Tensor copy;  // only for a strided view; a contiguous input is read where it lies
+  const Tensor& x = x_in.is_contiguous() ? x_in : (copy = contiguous_values(x_in));
   Tensor out = empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);

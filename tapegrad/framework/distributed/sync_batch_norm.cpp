@@ -134,8 +134,9 @@ void dispatch(DType dtype, Fn fn) {
 // Note: the statistics are merged from per-rank (count, mean, M2) rather than summed as (count, sum, sum of
 // squares), so a channel with a large mean does not lose its variance to cancellation; the merge runs in rank
 // order on every rank, so all ranks get bit-identical statistics.
-SyncBatchNormResult sync_batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps,
+SyncBatchNormResult sync_batch_norm_train(const Tensor& input_in, const Tensor& weight, const Tensor& bias, double eps,
                                           const ProcessGroup& group) {
+  const Tensor input = input_in.contiguous();
   const char* op = "sync_batch_norm_train";
   const Layout l = check_input(input, weight, bias, op);
   const std::size_t channels = static_cast<std::size_t>(l.c);

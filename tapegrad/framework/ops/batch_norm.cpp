@@ -123,7 +123,9 @@ void append_affine_grads(std::vector<Tensor>& out, NeedsGrad needs, bool has_wei
 
 }  // namespace
 
-BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+BatchNormTrainResult batch_norm_train(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
+                                      double eps) {
+  const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
   const char* op = "batch_norm_train";
   const Layout l = check_input(input, op);
   check_channel_vector(weight, "weight", input, op);
@@ -180,8 +182,10 @@ BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight,
   return result;
 }
 
-Tensor batch_norm_eval(const Tensor& input, const Tensor& mean, const Tensor& var, const Tensor& weight,
-                       const Tensor& bias, double eps) {
+Tensor batch_norm_eval(const Tensor& input_in, const Tensor& mean_in, const Tensor& var_in, const Tensor& weight_in,
+                       const Tensor& bias_in, double eps) {
+  const Tensor input = input_in.contiguous(), mean = mean_in.contiguous(), var = var_in.contiguous();
+  const Tensor weight = weight_in.contiguous(), bias = bias_in.contiguous();
   const char* op = "batch_norm_eval";
   const Layout l = check_input(input, op);
   mean.check_defined(op);

@@ -6,6 +6,7 @@
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/ops/reduction.h>
 
 namespace tapegrad {
@@ -23,7 +24,8 @@ Tensor compare(const Tensor& a, const Tensor& b, const char* op, F f) {
   Tensor out = empty(out_shape, a.dtype());
   detail::dispatch_all(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    detail::broadcast_binary(a.data<T>(), a.shape(), b.data<T>(), b.shape(), out.data<T>(), out_shape,
+    const Tensor av = detail::contiguous_values(a), bv = detail::contiguous_values(b);
+    detail::broadcast_binary(av.data<T>(), a.shape(), bv.data<T>(), b.shape(), out.data<T>(), out_shape,
                              [&f](T x, T y) { return f(x, y) ? T(1) : T(0); });
   });
   return out;
@@ -35,7 +37,8 @@ Tensor compare(const Tensor& a, double b, const char* op, F f) {
   Tensor out = empty(a.shape(), a.dtype());
   detail::dispatch_all(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* in = a.data<T>();
+    const Tensor av = detail::contiguous_values(a);
+    const T* in = av.data<T>();
     T* o = out.data<T>();
     // Note: as PyTorch's type promotion, a float tensor compares against the scalar rounded to its own
     // dtype (float32 0.1f == 0.1 holds), and an int64 tensor compares in double (3 > 2.5 holds).
@@ -82,8 +85,9 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
     using T = decltype(tag);
     const std::int64_t n = shape_numel(out_shape);
     const T* pm = m.data<T>();
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
+    const Tensor av = detail::contiguous_values(a), bv = detail::contiguous_values(b);
+    const T* pa = av.data<T>();
+    const T* pb = bv.data<T>();
     T* o = out.data<T>();
     if (m.numel() == n && a.numel() == n && b.numel() == n) {
       for (std::int64_t i = 0; i < n; ++i) o[i] = pm[i] != T(0) ? pa[i] : pb[i];
@@ -132,7 +136,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Tensor out = empty(x.shape(), x.dtype());
   detail::dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    detail::broadcast_binary(x.data<T>(), x.shape(), m.data<T>(), m.shape(), out.data<T>(), x.shape(),
+    const Tensor xv = detail::contiguous_values(x);
+    detail::broadcast_binary(xv.data<T>(), x.shape(), m.data<T>(), m.shape(), out.data<T>(), x.shape(),
                              [v = static_cast<T>(value)](T xv, T mv) { return mv != T(0) ? v : xv; });
   });
   if (!is_floating(x.dtype())) return out;

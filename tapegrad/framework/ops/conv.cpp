@@ -73,8 +73,9 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Geometry
 
 // The weight and bias gradients in one kernel call (oneDNN sums the bias gradient while it reads grad_output for
 // the weight's); not recorded, so only for a backward that does not build a graph.
-std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& input, const Tensor& grad_output, const Shape& weight_shape,
+std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& input_in, const Tensor& grad_output_in, const Shape& weight_shape,
                                                const ConvParams& p) {
+  const Tensor input = input_in.contiguous(), grad_output = grad_output_in.contiguous();
   const Geometry g = make_geometry("conv2d", input.shape(), weight_shape, p);
   Tensor weight_grad = empty(weight_shape, input.dtype()), bias_grad = empty({g.o}, input.dtype());
   detail::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
@@ -84,7 +85,8 @@ std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& input, const Tensor
   return {weight_grad, bias_grad};
 }
 
-Tensor conv2d_batched(const Tensor& input, const Tensor& weight, const Tensor& bias, const ConvParams& p) {
+Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const ConvParams& p) {
+  const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
   const Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
   if (bias.defined()) {
     check_floating_pair("conv2d", input, "input", bias, "bias");
@@ -136,8 +138,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
   return conv2d_batched(input, weight, bias, p);
 }
 
-Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape, IntPair stride,
+Tensor conv2d_input_grad(const Tensor& grad_output_in, const Tensor& weight_in, const Shape& input_shape, IntPair stride,
                          IntPair padding, IntPair dilation, std::int64_t groups) {
+  const Tensor grad_output = grad_output_in.contiguous(), weight = weight_in.contiguous();
   check_floating_pair("conv2d_input_grad", grad_output, "grad_output", weight, "weight");
   const ConvParams p{stride, padding, dilation, groups};
   const Geometry g = make_geometry("conv2d_input_grad", input_shape, weight.shape(), p);
@@ -159,8 +162,9 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, const 
   });
 }
 
-Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, const Shape& weight_shape, IntPair stride,
+Tensor conv2d_weight_grad(const Tensor& input_in, const Tensor& grad_output_in, const Shape& weight_shape, IntPair stride,
                           IntPair padding, IntPair dilation, std::int64_t groups) {
+  const Tensor input = input_in.contiguous(), grad_output = grad_output_in.contiguous();
   check_floating_pair("conv2d_weight_grad", input, "input", grad_output, "grad_output");
   const ConvParams p{stride, padding, dilation, groups};
   const Geometry g = make_geometry("conv2d_weight_grad", input.shape(), weight_shape, p);

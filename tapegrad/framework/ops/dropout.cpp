@@ -11,7 +11,8 @@
 
 namespace tapegrad {
 
-Tensor dropout(const Tensor& x, double p, bool training, Generator& generator) {
+Tensor dropout(const Tensor& x_in, double p, bool training, Generator& generator) {
+  const Tensor x = x_in.contiguous();
   x.check_defined("dropout");
   if (!(p >= 0.0 && p <= 1.0)) fail("dropout: probability has to be between 0 and 1, but got {}", p);
   if (!training || p == 0.0) return x;

@@ -26,7 +26,10 @@ Tensor binary_kernel(const Tensor& a, const Tensor& b, const char* op, F f) {
   Tensor out = empty(out_shape, a.dtype());
   detail::dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    detail::broadcast_binary(a.data<T>(), a.shape(), b.data<T>(), b.shape(), out.data<T>(), out_shape, f);
+    Tensor a_copy, b_copy;  // only for strided views; a contiguous input is read where it lies
+    const Tensor& av = a.is_contiguous() ? a : (a_copy = a.contiguous());
+    const Tensor& bv = b.is_contiguous() ? b : (b_copy = b.contiguous());
+    detail::broadcast_binary(av.data<T>(), a.shape(), bv.data<T>(), b.shape(), out.data<T>(), out_shape, f);
   });
   return out;
 }

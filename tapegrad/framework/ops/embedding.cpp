@@ -114,7 +114,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<std:
   const std::int64_t rows = weight.dim() == 2 ? weight.size(0) : 0;
   if (weight.dim() != 2)
     fail("embedding: weight must be 2-D [num_embeddings, embedding_dim], got {}", shape_string(weight.shape()));
-  return lookup(weight, indices, checked_padding(padding_idx, rows, "embedding"), /*zero_padding=*/false, "embedding");
+  indices.check_defined("embedding");
+  return lookup(weight.contiguous(), indices.contiguous(), checked_padding(padding_idx, rows, "embedding"),
+                /*zero_padding=*/false, "embedding");
 }
 
 Tensor embedding_backward(const Tensor& grad, const Tensor& indices, std::int64_t num_embeddings,
@@ -123,7 +125,8 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, std::int64_
   grad.check_defined("embedding_backward");
   if (!is_floating(grad.dtype()))
     fail("embedding_backward: grad must be float32 or float64, got {}", dtype_name(grad.dtype()));
-  return scatter_rows(grad, indices, num_embeddings, checked_padding(padding_idx, num_embeddings, "embedding_backward"),
+  indices.check_defined("embedding_backward");
+  return scatter_rows(grad.contiguous(), indices.contiguous(), num_embeddings, checked_padding(padding_idx, num_embeddings, "embedding_backward"),
                       "embedding_backward");
 }
 

@@ -43,8 +43,9 @@ std::vector<std::int64_t> trailing_dims(std::size_t k) {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in, const Tensor& bias_in,
                   double eps) {
+  const Tensor x = x_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
   check_layer_norm(x, normalized_shape, weight, bias);
   const std::int64_t width = shape_numel(normalized_shape);
   const std::int64_t rows = width == 0 ? 0 : x.numel() / width;

@@ -30,7 +30,8 @@ Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
 // op(a) x op(b) for a, b of at least 2 dims, where op transposes the last two dims when asked; the batch
 // dims broadcast. Records nothing: the callers own the tape record.
 // Note: the output is always a fresh tensor, and Eigen writes it with noalias(), so no operand can alias it.
-Tensor batched_product(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {
+Tensor batched_product(const Tensor& a_in, bool transpose_a, const Tensor& b_in, bool transpose_b) {
+  const Tensor a = a_in.contiguous(), b = b_in.contiguous();
   const Shape &as = a.shape(), &bs = b.shape();
   const std::int64_t a_rows = as[as.size() - 2], a_cols = as.back(), b_rows = bs[bs.size() - 2], b_cols = bs.back();
   const std::int64_t n = transpose_a ? a_cols : a_rows, k = transpose_a ? a_rows : a_cols;
@@ -127,7 +128,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = x_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
   x.check_defined("linear");
   weight.check_defined("linear");
   if (weight.dim() != 2) fail("linear: weight must be 2-D [out, in], got {}", shape_string(weight.shape()));

@@ -134,7 +134,8 @@ Tensor target_distribution(const RowLossInputs& in, double smoothing, DType dtyp
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntropyOptions& options) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& labels_in, const CrossEntropyOptions& options) {
+  const Tensor logits = logits_in.contiguous(), labels = labels_in.contiguous();
   const RowLossInputs in = check_row_loss("cross_entropy", logits, labels, options);
   const double eps = options.label_smoothing;
   const std::vector<double> weights = row_weights(in, options.reduction);
@@ -210,7 +211,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const CrossEntr
   });
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& labels, const CrossEntropyOptions& options) {
+Tensor nll_loss(const Tensor& log_probs_in, const Tensor& labels_in, const CrossEntropyOptions& options) {
+  const Tensor log_probs = log_probs_in.contiguous(), labels = labels_in.contiguous();
   if (options.label_smoothing != 0.0) fail("nll_loss: label_smoothing is not supported (use cross_entropy)");
   const RowLossInputs in = check_row_loss("nll_loss", log_probs, labels, options);
   const std::vector<double> weights = row_weights(in, options.reduction);
@@ -262,8 +264,9 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   return reduce(abs(sub(input, target)), reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in,
                                         const BceWithLogitsOptions& options) {
+  const Tensor input = input_in.contiguous(), target = target_in.contiguous();
   const char* op = "binary_cross_entropy_with_logits";
   input.check_defined(op);
   target.check_defined(op);
@@ -356,10 +359,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   return reduce(out, options.reduction);
 }
 
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, const BceOptions& options) {
+Tensor binary_cross_entropy(const Tensor& input_in, const Tensor& target_in, const BceOptions& options) {
   const char* op = "binary_cross_entropy";
-  input.check_defined(op);
-  target.check_defined(op);
+  input_in.check_defined(op);
+  target_in.check_defined(op);
+  const Tensor input = input_in.contiguous(), target = target_in.contiguous();
   if (!is_floating(input.dtype()) || input.dtype() != target.dtype())
     fail("{}: input is {} and target is {}; expected the same float dtype", op, dtype_name(input.dtype()),
          dtype_name(target.dtype()));

@@ -210,7 +210,8 @@ void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in
 Tensor gather_planes(const Tensor& x, const Tensor& indices);
 
 // dx[plane][indices[plane][j]] += grad[plane][j]: the gradient of max pooling.
-Tensor scatter_planes(const Tensor& grad, const Tensor& indices, const Shape& input_shape) {
+Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Shape& input_shape) {
+  const Tensor grad = grad_in.contiguous(), indices = indices_in.contiguous();
   const Planes in = planes_of(input_shape);
   const std::int64_t out_plane = indices.size(2) * indices.size(3);
   Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
@@ -231,7 +232,8 @@ Tensor scatter_planes(const Tensor& grad, const Tensor& indices, const Shape& in
 }
 
 // out[plane][j] = x[plane][indices[plane][j]]: the adjoint of scatter_planes.
-Tensor gather_planes(const Tensor& x, const Tensor& indices) {
+Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
+  const Tensor x = x_in.contiguous(), indices = indices_in.contiguous();
   const Planes in = planes_of(x.shape());
   const std::int64_t out_plane = indices.size(2) * indices.size(3);
   Tensor out = empty(indices.shape(), x.dtype());
@@ -250,8 +252,9 @@ Tensor gather_planes(const Tensor& x, const Tensor& indices) {
   });
 }
 
-std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input, IntPair kernel, IntPair stride, IntPair padding,
+std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kernel, IntPair stride, IntPair padding,
                                            IntPair dilation, bool ceil_mode) {
+  const Tensor input = input_in.contiguous();
   const PoolGeometry g = check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
   const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};
   Tensor indices = empty(out_shape, DType::Int64);
@@ -300,7 +303,8 @@ void for_each_window(const WindowPlan& plan, const Planes& in, F fn) {
 
 Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op);
 
-Tensor window_average(const Tensor& x, const PlanPtr& plan, const char* op) {
+Tensor window_average(const Tensor& x_in, const PlanPtr& plan, const char* op) {
+  const Tensor x = x_in.contiguous();
   const Shape out_shape{x.size(0), x.size(1), static_cast<std::int64_t>(plan->rows.start.size()),
                         static_cast<std::int64_t>(plan->cols.start.size())};
   Tensor out = empty(out_shape, x.dtype());
@@ -323,7 +327,8 @@ Tensor window_average(const Tensor& x, const PlanPtr& plan, const char* op) {
   });
 }
 
-Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op) {
+Tensor window_average_backward(const Tensor& grad_in, const PlanPtr& plan, const Shape& input_shape, const char* op) {
+  const Tensor grad = grad_in.contiguous();
   Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
   detail::dispatch_floating(grad.dtype(), op, [&](auto tag) {
     using T = decltype(tag);

@@ -42,7 +42,8 @@ Shape drop_dims(const Shape& shape, const std::vector<std::int64_t>& sorted_dims
 
 }  // namespace
 
-Tensor sum_to(const Tensor& x, const Shape& shape) {
+Tensor sum_to(const Tensor& x_in, const Shape& shape) {
+  const Tensor x = x_in.contiguous();
   x.check_defined("sum_to");
   if (x.shape() == shape) return x;
   if (broadcast_shapes(shape, x.shape(), "sum_to") != x.shape())
@@ -89,7 +90,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   });
 }
 
-Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+Tensor broadcast_to(const Tensor& x_in, const Shape& shape) {
+  const Tensor x = x_in.contiguous();
   x.check_defined("broadcast_to");
   if (x.shape() == shape) return x;
   if (broadcast_shapes(x.shape(), shape, "broadcast_to") != shape)
@@ -146,7 +148,8 @@ Tensor put_along(const Tensor& g, const Tensor& indices, std::int64_t dim, const
 
 // out[o, 0, i] = x[o, indices[o, i], i] along `dim`; indices has x's shape with dim set to 1.
 // Its backward is put_along, whose backward is take_along again: both orders stay differentiable.
-Tensor take_along(const Tensor& x, const Tensor& indices, std::int64_t dim) {
+Tensor take_along(const Tensor& x_in, const Tensor& indices_in, std::int64_t dim) {
+  const Tensor x = x_in.contiguous(), indices = indices_in.contiguous();
   const detail::DimSplit s = detail::split_at(x.shape(), dim);
   Tensor out = empty(indices.shape(), x.dtype());
   detail::dispatch_floating(x.dtype(), "take_along", [&](auto tag) {
@@ -166,7 +169,8 @@ Tensor take_along(const Tensor& x, const Tensor& indices, std::int64_t dim) {
 }
 
 // Zeros of `shape` with g placed at `indices` along `dim`.
-Tensor put_along(const Tensor& g, const Tensor& indices, std::int64_t dim, const Shape& shape) {
+Tensor put_along(const Tensor& g_in, const Tensor& indices_in, std::int64_t dim, const Shape& shape) {
+  const Tensor g = g_in.contiguous(), indices = indices_in.contiguous();
   const detail::DimSplit s = detail::split_at(shape, dim);
   Tensor out = zeros(shape, TensorOptions{}.with_dtype(g.dtype()));
   detail::dispatch_floating(g.dtype(), "put_along", [&](auto tag) {
@@ -193,7 +197,8 @@ bool replaces(T v, T best) {
 }
 
 template <bool IsMax>
-ValuesIndices extremum_along(const Tensor& x, std::int64_t dim, bool keepdim, const char* op) {
+ValuesIndices extremum_along(const Tensor& x_in, std::int64_t dim, bool keepdim, const char* op) {
+  const Tensor x = x_in.contiguous();
   x.check_defined(op);
   const std::int64_t nd = normalize_dim(dim, std::max<std::int64_t>(x.dim(), 1), op);
   Shape keep = x.shape(), out_shape = x.shape();
@@ -237,7 +242,8 @@ ValuesIndices extremum_along(const Tensor& x, std::int64_t dim, bool keepdim, co
 }
 
 template <bool IsMax>
-Tensor extremum_over(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim, const char* op) {
+Tensor extremum_over(const Tensor& x_in, const std::vector<std::int64_t>& dims, bool keepdim, const char* op) {
+  const Tensor x = x_in.contiguous();
   x.check_defined(op);
   const detail::ReducePlan plan = detail::plan_reduction(x.shape(), dims, op);
   if (plan.count == 0 || (x.numel() == 0 && shape_numel(plan.keep) != 0))
@@ -297,7 +303,8 @@ Tensor var(const Tensor& x) {
   return var(x, detail::all_dims(x.dim()), 1, false);
 }
 
-Tensor var(const Tensor& x, const std::vector<std::int64_t>& dims, std::int64_t correction, bool keepdim) {
+Tensor var(const Tensor& x_in, const std::vector<std::int64_t>& dims, std::int64_t correction, bool keepdim) {
+  const Tensor x = x_in.contiguous();
   x.check_defined("var");
   if (correction < 0) fail("var: correction must be non-negative, got {}", correction);
   const detail::ReducePlan plan = detail::plan_reduction(x.shape(), dims, "var");

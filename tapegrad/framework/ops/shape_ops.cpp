@@ -1,5 +1,6 @@
-// Layout ops: transpose, permute, flatten, squeeze, unsqueeze, cat, stack, slice, narrow.
-// Each forward copies (or relabels) and, right below, says how the gradient flows back.
+// Layout ops: transpose, permute, flatten, squeeze, unsqueeze, cat, stack, slice, narrow, select, expand.
+// The views only compute a new layout over x's storage; cat and stack copy. Each forward is followed, right
+// below, by how the gradient flows back.
 #include <tapegrad/framework/ops/shape_ops.h>
 
 #include <algorithm>
@@ -7,52 +8,15 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/strided.h>
+#include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/ops/reduction.h>
 
 namespace tapegrad {
 
 namespace {
 
-// Calls run(contiguous_offset, strided_offset, inner, inner_stride) once per innermost run of `shape`,
-// where the strided side starts at `base` and moves by `strides` (in elements) along each dim.
-template <class F>
-void for_each_run(const Shape& shape, const Shape& strides, std::int64_t base, F run) {
-  const std::int64_t n = shape_numel(shape);
-  if (n == 0) return;
-  const std::size_t ndim = shape.size();
-  if (ndim == 0) {
-    run(0, base, 1, 1);
-    return;
-  }
-  const std::int64_t inner = shape[ndim - 1], inner_stride = strides[ndim - 1];
-  std::vector<std::int64_t> index(ndim, 0);
-  std::int64_t offset = base;
-  for (std::int64_t start = 0; start < n; start += inner) {
-    run(start, offset, inner, inner_stride);
-    for (std::size_t d = ndim - 1; d-- > 0;) {
-      offset += strides[d];
-      if (++index[d] < shape[d]) break;
-      offset -= strides[d] * shape[d];
-      index[d] = 0;
-    }
-  }
-}
-
-// out (contiguous, `shape`) <- in read at `base` + strides.
-Tensor strided_gather(const Tensor& in, const Shape& shape, const Shape& strides, std::int64_t base) {
-  Tensor out = empty(shape, in.dtype());
-  detail::dispatch_all(in.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* src = in.data<T>();
-    T* dst = out.data<T>();
-    for_each_run(shape, strides, base, [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
-      if (step == 1)
-        std::copy_n(src + s, inner, dst + o);
-      else
-        for (std::int64_t k = 0; k < inner; ++k) dst[o + k] = src[s + k * step];
-    });
-  });
-  return out;
-}
+using detail::for_each_run;
 
 std::int64_t product(const Shape& shape, std::size_t from, std::size_t to) {
   std::int64_t p = 1;
@@ -61,13 +25,13 @@ std::int64_t product(const Shape& shape, std::size_t from, std::size_t to) {
 }
 
 Tensor permute_as(const Tensor& x, const std::vector<std::int64_t>& dims, const char* op) {
-  const Shape strides = contiguous_strides(x.shape());
-  Shape shape(dims.size()), read_strides(dims.size());
+  const Shape strides = x.strides();
+  Shape shape(dims.size()), view_strides(dims.size());
   for (std::size_t i = 0; i < dims.size(); ++i) {
     shape[i] = x.shape()[static_cast<std::size_t>(dims[i])];
-    read_strides[i] = strides[static_cast<std::size_t>(dims[i])];
+    view_strides[i] = strides[static_cast<std::size_t>(dims[i])];
   }
-  Tensor out = strided_gather(x, shape, read_strides, 0);
+  Tensor out = detail::make_view(x, shape, view_strides, x.storage_offset());
   return record_if_needed(op, out, {x}, [&] {
     std::vector<std::int64_t> inverse(dims.size());
     for (std::size_t i = 0; i < dims.size(); ++i) inverse[static_cast<std::size_t>(dims[i])] = static_cast<std::int64_t>(i);
@@ -75,10 +39,19 @@ Tensor permute_as(const Tensor& x, const std::vector<std::int64_t>& dims, const 
   });
 }
 
+// A view that only relabels dims of extent 1 (squeeze, unsqueeze); its gradient is g reshaped back.
+Tensor relabel_view(const Tensor& x, Shape shape, Shape strides, const char* op) {
+  Tensor out = detail::make_view(x, std::move(shape), std::move(strides), x.storage_offset());
+  return record_if_needed(op, out, {x}, [&] {
+    return [original = x.shape()](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{g.reshape(original)}; };
+  });
+}
+
 // The gradient of slice: zeros of the input's shape with g written into the sliced positions.
 // Note: an op of its own (not a raw kernel) so that its backward, a slice, keeps double backward working.
-Tensor slice_backward(const Tensor& g, const Shape& input_shape, std::size_t dim, std::int64_t start,
+Tensor slice_backward(const Tensor& g_in, const Shape& input_shape, std::size_t dim, std::int64_t start,
                       std::int64_t step) {
+  const Tensor g = g_in.contiguous();
   Tensor out = zeros(input_shape, TensorOptions{}.with_dtype(g.dtype()));
   Shape strides = contiguous_strides(input_shape);
   const std::int64_t base = start * strides[dim];
@@ -118,7 +91,8 @@ void join_blocks(const std::vector<Tensor>& tensors, const std::vector<std::int6
   auto* dst = static_cast<unsigned char*>(out.raw_data());
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto* src = static_cast<const unsigned char*>(tensors[i].raw_data());
+    const Tensor values = detail::contiguous_values(tensors[i]);
+    const auto* src = static_cast<const unsigned char*>(values.raw_data());
     const auto bytes = static_cast<std::size_t>(chunks[i]) * element;
     if (bytes > 0)
       for (std::int64_t o = 0; o < outer; ++o)
@@ -136,10 +110,9 @@ constexpr std::size_t max_record_inputs = 64;
 Tensor transpose(const Tensor& x, std::int64_t d0, std::int64_t d1) {
   x.check_defined("transpose");
   const std::int64_t a = normalize_dim(d0, x.dim(), "transpose"), b = normalize_dim(d1, x.dim(), "transpose");
-  if (x.dim() == 0) return x.clone();
   std::vector<std::int64_t> dims(static_cast<std::size_t>(x.dim()));
   for (std::size_t i = 0; i < dims.size(); ++i) dims[i] = static_cast<std::int64_t>(i);
-  std::swap(dims[static_cast<std::size_t>(a)], dims[static_cast<std::size_t>(b)]);
+  if (x.dim() > 0) std::swap(dims[static_cast<std::size_t>(a)], dims[static_cast<std::size_t>(b)]);
   return permute_as(x, dims, "transpose");
 }
 
@@ -174,26 +147,37 @@ Tensor flatten(const Tensor& x, std::int64_t start_dim, std::int64_t end_dim) {
 
 Tensor squeeze(const Tensor& x) {
   x.check_defined("squeeze");
-  Shape shape;
-  for (auto e : x.shape())
-    if (e != 1) shape.push_back(e);
-  return x.reshape(shape);
+  const Shape x_strides = x.strides();
+  Shape shape, strides;
+  for (std::size_t d = 0; d < x.shape().size(); ++d)
+    if (x.shape()[d] != 1) {
+      shape.push_back(x.shape()[d]);
+      strides.push_back(x_strides[d]);
+    }
+  return relabel_view(x, shape, strides, "squeeze");
 }
 
 Tensor squeeze(const Tensor& x, std::int64_t dim) {
   x.check_defined("squeeze");
   const std::int64_t d = normalize_dim(dim, x.dim(), "squeeze");
-  Shape shape = x.shape();
-  if (x.dim() > 0 && shape[static_cast<std::size_t>(d)] == 1) shape.erase(shape.begin() + d);
-  return x.reshape(shape);
+  Shape shape = x.shape(), strides = x.strides();
+  if (x.dim() > 0 && shape[static_cast<std::size_t>(d)] == 1) {
+    shape.erase(shape.begin() + d);
+    strides.erase(strides.begin() + d);
+  }
+  return relabel_view(x, shape, strides, "squeeze");
 }
 
 Tensor unsqueeze(const Tensor& x, std::int64_t dim) {
   x.check_defined("unsqueeze");
   const std::int64_t d = normalize_dim(dim, x.dim() + 1, "unsqueeze");
-  Shape shape = x.shape();
+  Shape shape = x.shape(), strides = x.strides();
+  const auto ud = static_cast<std::size_t>(d);
+  // PyTorch's choice: the new dim's stride is what a contiguous dim there would have.
+  const std::int64_t stride = ud < shape.size() ? shape[ud] * strides[ud] : 1;
   shape.insert(shape.begin() + d, 1);
-  return x.reshape(shape);
+  strides.insert(strides.begin() + d, stride);
+  return relabel_view(x, shape, strides, "unsqueeze");
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
@@ -286,10 +270,10 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t
   // Note: written so that no huge step overflows: more than one output element means step < size, so the
   // scaled stride stays within the tensor.
   shape[d] = end == start ? 0 : 1 + (end - start - 1) / step;
-  Shape strides = contiguous_strides(x.shape());
-  const std::int64_t base = start * strides[d];
-  strides[d] = shape[d] > 1 ? strides[d] * step : 0;
-  Tensor out = strided_gather(x, shape, strides, base);
+  Shape strides = x.strides();
+  const std::int64_t offset = x.storage_offset() + (shape[d] > 0 ? start * strides[d] : 0);
+  if (shape[d] > 1) strides[d] *= step;
+  Tensor out = detail::make_view(x, shape, strides, offset);
   return record_if_needed("slice", out, {x}, [&] {
     return [xs = x.shape(), d, start, step](const Tensor& g, NeedsGrad) {
       return std::vector<Tensor>{slice_backward(g, xs, d, start, step)};
@@ -308,6 +292,67 @@ Tensor narrow(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_
   if (length > size - start)
     fail("narrow: start ({}) + length ({}) exceeds dimension size ({})", start, length, size);
   return slice(x, d, start, start + length);
+}
+
+Tensor select(const Tensor& x, std::int64_t dim, std::int64_t index) {
+  x.check_defined("select");
+  if (x.dim() == 0) fail("select: cannot select from a 0-dim tensor");
+  const std::int64_t d = normalize_dim(dim, x.dim(), "select");
+  const auto ud = static_cast<std::size_t>(d);
+  const std::int64_t size = x.shape()[ud];
+  if (index < -size || index >= size)
+    fail("select: index {} is out of range for dim {} of size {} (tensor of shape {})", index, dim, size,
+         shape_string(x.shape()));
+  if (index < 0) index += size;
+  Shape shape = x.shape(), strides = x.strides();
+  const std::int64_t offset = x.storage_offset() + index * strides[ud];
+  shape.erase(shape.begin() + d);
+  strides.erase(strides.begin() + d);
+  Tensor out = detail::make_view(x, shape, strides, offset);
+  return record_if_needed("select", out, {x}, [&] {
+    return [xs = x.shape(), d, ud, index](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{slice_backward(unsqueeze(g, d), xs, ud, index, 1)};
+    };
+  });
+}
+
+Tensor expand(const Tensor& x, const Shape& sizes) {
+  x.check_defined("expand");
+  const std::size_t ndim = x.shape().size();
+  if (sizes.size() < ndim)
+    fail("expand: the number of sizes given ({}) must be at least the number of dims of the tensor ({}), "
+         "expanding {} to {}",
+         sizes.size(), ndim, shape_string(x.shape()), shape_string(sizes));
+  const std::size_t lead = sizes.size() - ndim;
+  const Shape x_strides = x.strides();
+  Shape shape(sizes.size()), strides(sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i < lead) {
+      if (sizes[i] < 0)
+        fail("expand: size -1 (or negative) is not allowed for the new leading dim {} (expanding {} to {})", i,
+             shape_string(x.shape()), shape_string(sizes));
+      shape[i] = sizes[i];
+      strides[i] = 0;
+      continue;
+    }
+    const std::int64_t have = x.shape()[i - lead];
+    const std::int64_t want = sizes[i] == -1 ? have : sizes[i];
+    if (want < 0) fail("expand: invalid size {} in {}", sizes[i], shape_string(sizes));
+    if (have == want) {
+      shape[i] = have;
+      strides[i] = x_strides[i - lead];
+    } else if (have == 1) {
+      shape[i] = want;
+      strides[i] = 0;
+    } else {
+      fail("expand: the size of dim {} ({}) must match the new size ({}) unless it is 1, expanding {} to {}", i,
+           have, want, shape_string(x.shape()), shape_string(sizes));
+    }
+  }
+  Tensor out = detail::make_view(x, shape, strides, x.storage_offset());
+  return record_if_needed("expand", out, {x}, [&] {
+    return [xs = x.shape()](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{sum_to(g, xs)}; };
+  });
 }
 
 }  // namespace tapegrad

@@ -1,8 +1,9 @@
 #pragma once
 /// Shape ops: moving, joining, cutting and indexing dims. All are differentiable in their floating inputs.
-/// Note: storage is always contiguous, so ops that reorder elements (transpose, permute, cat, stack, slice,
-/// index_select, gather) copy into a new tensor; flatten, squeeze and unsqueeze only relabel the shape and
-/// share storage, like Tensor::reshape (and like the views PyTorch returns for them).
+/// Note: transpose, permute, flatten (when the strides allow), squeeze, unsqueeze, slice, narrow, select and
+/// expand return views: tensors sharing x's storage with other strides and offset, as in PyTorch, so an
+/// in-place op on one is seen through the other. cat, stack, index_select, gather and the *_add ops copy
+/// into fresh contiguous tensors.
 #include <tapegrad/export.h>
 #include <cstdint>
 #include <vector>
@@ -34,6 +35,11 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim = 0);
 Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step = 1);
 /// `length` elements from `start` along `dim` (negative start counts from the end); must fit.
 Tensor narrow(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t length);
+/// The slice at `index` along `dim` (negative counts from the end), with that dim removed. A view.
+Tensor select(const Tensor& x, std::int64_t dim, std::int64_t index);
+/// x repeated along dims of extent 1 (and new leading dims) to `sizes` without copying: the repeated dims
+/// get stride 0. -1 keeps an extent. A view; in-place ops other than fill_ on it are refused.
+Tensor expand(const Tensor& x, const Shape& sizes);
 /// Picks the entries `index` (1-D int64, each in [0, size)) along `dim`.
 Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
 /// x with source's slices added at rows `index` along `dim` (repeats accumulate). Out of place.

@@ -69,7 +69,8 @@ void for_each_gathered(const Tensor& x, std::int64_t dim, const Tensor& index, c
 
 }  // namespace
 
-Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor index_select(const Tensor& x_in, std::int64_t dim, const Tensor& index_in) {
+  const Tensor x = x_in.contiguous(), index = index_in.contiguous();
   x.check_defined("index_select");
   if (x.dim() == 0) fail("index_select: expected a tensor with at least 1 dim");
   const std::int64_t d = normalize_dim(dim, x.dim(), "index_select");
@@ -95,7 +96,8 @@ Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index) {
   });
 }
 
-Tensor index_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& source) {
+Tensor index_add(const Tensor& x_in, std::int64_t dim, const Tensor& index_in, const Tensor& source_in) {
+  const Tensor x = x_in.contiguous(), index = index_in.contiguous(), source = source_in.contiguous();
   x.check_defined("index_add");
   source.check_defined("index_add");
   if (x.dim() == 0) fail("index_add: expected a tensor with at least 1 dim");
@@ -129,7 +131,8 @@ Tensor index_add(const Tensor& x, std::int64_t dim, const Tensor& index, const T
   });
 }
 
-Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
+Tensor gather(const Tensor& x_in, std::int64_t dim, const Tensor& index_in) {
+  const Tensor x = x_in.contiguous(), index = index_in.contiguous();
   x.check_defined("gather");
   const std::int64_t d = normalize_dim(dim, x.dim(), "gather");
   Tensor out = empty(index.defined() ? index.shape() : Shape{}, x.dtype());
@@ -146,7 +149,8 @@ Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index) {
   });
 }
 
-Tensor scatter_add(const Tensor& x, std::int64_t dim, const Tensor& index, const Tensor& src) {
+Tensor scatter_add(const Tensor& x_in, std::int64_t dim, const Tensor& index_in, const Tensor& src_in) {
+  const Tensor x = x_in.contiguous(), index = index_in.contiguous(), src = src_in.contiguous();
   x.check_defined("scatter_add");
   src.check_defined("scatter_add");
   check_index_dtype(index, "scatter_add");

@@ -72,7 +72,8 @@ void normalise_backward_kernel(const T* g, const T* y, T* dx, const detail::DimS
   }
 }
 
-Tensor normalise(const Tensor& x, std::int64_t dim, Normalise kind) {
+Tensor normalise(const Tensor& x_in, std::int64_t dim, Normalise kind) {
+  const Tensor x = x_in.contiguous();
   const char* op = kind == Normalise::Softmax ? "softmax" : "log_softmax";
   x.check_defined(op);
   // a 0-dim tensor is a slice of one element (PyTorch accepts dim 0 or -1 for it)
@@ -109,7 +110,8 @@ Tensor normalise(const Tensor& x, std::int64_t dim, Normalise kind) {
 Tensor softmax(const Tensor& x, std::int64_t dim) { return normalise(x, dim, Normalise::Softmax); }
 Tensor log_softmax(const Tensor& x, std::int64_t dim) { return normalise(x, dim, Normalise::LogSoftmax); }
 
-Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+Tensor logsumexp(const Tensor& x_in, const std::vector<std::int64_t>& dims, bool keepdim) {
+  const Tensor x = x_in.contiguous();
   x.check_defined("logsumexp");
   const detail::ReducePlan plan = detail::plan_reduction(x.shape(), dims, "logsumexp");
   // Note: the shift (the finite maximum) and log(sum(exp(x - shift))) are kept apart for the backward,

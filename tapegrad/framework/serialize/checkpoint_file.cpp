@@ -78,8 +78,20 @@ class MappedFile {
 
 }  // namespace
 
-void save_checkpoint(const Checkpoint& checkpoint, const std::string& path, ArchiveKind kind) {
-  serialize_detail::check_savable(checkpoint, "save");
+void save_checkpoint(const Checkpoint& given, const std::string& path, ArchiveKind kind) {
+  serialize_detail::check_savable(given, "save");
+  // A view (non-contiguous) is saved as its values in row-major order, like any other tensor.
+  const Checkpoint* source = &given;
+  Checkpoint copy;
+  for (auto* entries : {&given.model, &given.optimizer, &given.scheduler})
+    for (const CheckpointEntry& entry : *entries)
+      if (entry.value.defined() && !entry.value.is_contiguous()) source = &copy;
+  if (source == &copy) {
+    copy = given;
+    for (auto* entries : {&copy.model, &copy.optimizer, &copy.scheduler})
+      for (CheckpointEntry& entry : *entries) entry.value = entry.value.detach().contiguous();
+  }
+  const Checkpoint& checkpoint = *source;
   detail::replace_file(path, "save", [&](std::FILE* file) {
     try {
       return serialize_detail::write_checkpoint_file(checkpoint, kind, file);

@@ -151,7 +151,9 @@ class ZipWriter {
 }  // namespace
 
 void save_pytorch(const nn::Module& module, const std::string& path) {
-  const nn::NamedTensors state = pytorch_state(module);
+  nn::NamedTensors state = pytorch_state(module);
+  for (auto& entry : state)  // a view is saved as its values, in row-major order
+    if (!entry.second.is_contiguous()) entry.second = entry.second.detach().contiguous();
   const std::string pickled = state_pickle(state);
   static const std::string version = "3\n";  // the record layout of PyTorch 1.6 to 1.13
   // Note: tensor storage is contiguous and the machine little-endian, so each record is the tensor's own bytes.

@@ -139,7 +139,9 @@ nn::LoadResult load_safetensors(nn::Module& module, const std::string& path, boo
 }
 
 void save_safetensors(const nn::Module& module, const std::string& path) {
-  const nn::NamedTensors state = pytorch_state(module);
+  nn::NamedTensors state = pytorch_state(module);
+  for (auto& entry : state)  // a view is saved as its values, in row-major order
+    if (!entry.second.is_contiguous()) entry.second = entry.second.detach().contiguous();
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
   std::uint64_t offset = 0;

@@ -75,8 +75,9 @@ inline CheckResult allclose(const Tensor& a, const Tensor& b, double rtol = 1e-1
 }
 
 /// Bitwise equality of shape, dtype and every element's bytes (so NaN equals the same NaN, -0 differs from 0).
-inline CheckResult identical(const Tensor& a, const Tensor& b) {
-  if (CheckResult c = internal::shapes_differ("identical", a, b); !c) return c;
+inline CheckResult identical(const Tensor& a_in, const Tensor& b_in) {
+  if (CheckResult c = internal::shapes_differ("identical", a_in, b_in); !c) return c;
+  const Tensor a = a_in.detach().contiguous(), b = b_in.detach().contiguous();  // views compare by their values
   if (a.dtype() != b.dtype())
     return {false, fmt::format("identical: dtypes differ, {} vs {}", dtype_name(a.dtype()), dtype_name(b.dtype()))};
   const std::size_t size = element_size(a.dtype());

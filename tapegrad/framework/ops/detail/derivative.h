@@ -13,7 +13,10 @@ namespace tapegrad::detail {
 /// g * d(saved) in one pass: `derivative` maps each element of `saved` (the op's input or its output values)
 /// to the local derivative. `g` and `saved` have the same shape and dtype.
 template <class F>
-Tensor times_local_derivative(const Tensor& g, const Tensor& saved, const char* op, F derivative) {
+Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const char* op, F derivative) {
+  Tensor g_copy, saved_copy;  // only for strided views
+  const Tensor& g = g_in.is_contiguous() ? g_in : (g_copy = g_in.contiguous());
+  const Tensor& saved = saved_in.is_contiguous() ? saved_in : (saved_copy = saved_in.contiguous());
   Tensor out = empty(g.shape(), g.dtype());
   dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
