@@ -1,9 +1,7 @@
 // BatchNorm: PyTorch's numbers, and gradients to second order, of the fused ops and the layers.
 // (The buffers' rules and the module plumbing are test_batch_norm_buffers.cpp.)
 #include <cmath>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <tapegrad/framework/ops/batch_norm.h>
 #include <tapegrad/layers/activation.h>
@@ -11,6 +9,7 @@
 #include <tapegrad/layers/linear.h>
 #include <tapegrad/layers/sequential.h>
 #include "support/properties.h"
+#include "support/reference_file.h"
 #include "support/spread_input.h"
 #include <tapegrad/tapegrad.h>
 
@@ -22,30 +21,6 @@ using tapegrad::testing::spread_input;
 namespace {
 
 const TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64);
-
-// ---- the reference file written by tests/reference/make_batchnorm_reference.py ----
-std::map<std::string, Tensor> load_reference() {
-  const std::string path = std::string(TAPEGRAD_TEST_DATA_DIR) + "/batchnorm_reference.txt";
-  std::ifstream in(path);
-  if (!in) fail("cannot open {}", path);
-  std::map<std::string, Tensor> entries;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string key, shape_text, token;
-    fields >> key >> shape_text;
-    Shape shape;
-    if (shape_text != "-") {
-      std::istringstream dims(shape_text);
-      while (std::getline(dims, token, ',')) shape.push_back(std::stoll(token));
-    }
-    std::vector<double> values;
-    while (fields >> token) values.push_back(std::strtod(token.c_str(), nullptr));
-    entries[key] = from_vector(values, shape, f64);
-  }
-  return entries;
-}
 
 std::shared_ptr<nn::BatchNormBase> make_batch_norm(int kind, const nn::BatchNormOptions& options) {
   if (kind == 1) return std::make_shared<nn::BatchNorm1d>(options);
@@ -108,7 +83,8 @@ std::vector<Tensor> case_inputs(const BnCase& k) {
 // ---------------------------------------------------------------- golden values
 
 TEST_CASE("BatchNorm matches PyTorch's outputs, gradients and running statistics (float64, 1e-10)") {
-  const auto ref = load_reference();
+  // The reference file written by tests/reference/make_batchnorm_reference.py.
+  const auto ref = tapegrad::testing::load_reference_file("batchnorm_reference.txt");
   int cases = 0;
   for (const auto& [key, value] : ref) {
     if (key.size() < 7 || key.substr(key.size() - 7) != "/module") continue;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "support/properties.h"
-#include "support/pytorch_reference.h"
+#include "support/reference_file.h"
 #include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
@@ -24,7 +24,7 @@ rc::Gen<Reduction> reduction() { return rc::gen::element(Reduction::None, Reduct
 }  // namespace
 
 TEST_CASE("BCELoss and BCEWithLogitsLoss match PyTorch's values and gradients") {
-  const auto ref = tapegrad::testing::load_pytorch_reference("bce_reference.txt");
+  const auto ref = tapegrad::testing::load_reference_file("bce_reference.txt");
   int cases = 0;
   for (const auto& [key, code] : ref) {
     if (!key.ends_with("/reduction")) continue;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "support/properties.h"
-#include "support/pytorch_reference.h"
+#include "support/reference_file.h"
 #include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
@@ -64,7 +64,7 @@ std::vector<Tensor> inputs_of(const Problem& p) {
 }  // namespace
 
 TEST_CASE("conv_transpose2d matches PyTorch's values and gradients") {
-  const auto ref = tapegrad::testing::load_pytorch_reference("conv_transpose_reference.txt");
+  const auto ref = tapegrad::testing::load_reference_file("conv_transpose_reference.txt");
   int cases = 0;
   for (const auto& [key, value] : ref) {
     if (!key.ends_with("/options")) continue;
