@@ -25,16 +25,16 @@ constexpr std::int64_t kNoiseSize = 100;
 struct GeneratorNet : nn::Module {
   explicit GeneratorNet(std::int64_t width) : nn::Module("DCGANGenerator") {
     using Options = nn::ConvTranspose2dOptions;
-    conv1 = register_module("conv1", std::make_shared<nn::ConvTranspose2d>(
+    conv1 = register_module("conv1", nn::ConvTranspose2d(
                                          Options{kNoiseSize, 4 * width, 4}.with_bias(false)));
-    bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(4 * width));
-    conv2 = register_module("conv2", std::make_shared<nn::ConvTranspose2d>(
+    bn1 = register_module("bn1", nn::BatchNorm2d(4 * width));
+    conv2 = register_module("conv2", nn::ConvTranspose2d(
                                          Options{4 * width, 2 * width, 3}.with_stride(2).with_padding(1).with_bias(false)));
-    bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(2 * width));
-    conv3 = register_module("conv3", std::make_shared<nn::ConvTranspose2d>(
+    bn2 = register_module("bn2", nn::BatchNorm2d(2 * width));
+    conv3 = register_module("conv3", nn::ConvTranspose2d(
                                          Options{2 * width, width, 4}.with_stride(2).with_padding(1).with_bias(false)));
-    bn3 = register_module("bn3", std::make_shared<nn::BatchNorm2d>(width));
-    conv4 = register_module("conv4", std::make_shared<nn::ConvTranspose2d>(
+    bn3 = register_module("bn3", nn::BatchNorm2d(width));
+    conv4 = register_module("conv4", nn::ConvTranspose2d(
                                          Options{width, 1, 4}.with_stride(2).with_padding(1).with_bias(false)));
   }
 
@@ -52,22 +52,21 @@ struct GeneratorNet : nn::Module {
 
 // images [N, 1, 28, 28] -> probability of "real" [N, 1, 1, 1].
 std::shared_ptr<nn::Sequential> make_discriminator(std::int64_t width) {
-  using std::make_shared;
   auto conv = [](std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride, std::int64_t padding) {
-    return make_shared<nn::Conv2d>(
+    return nn::Conv2d(
         nn::Conv2dOptions{in, out, kernel}.with_stride(stride).with_padding(padding).with_bias(false));
   };
-  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      conv(1, width, 4, 2, 1), make_shared<nn::LeakyReLU>(0.2),                                             // 14x14
-      conv(width, 2 * width, 4, 2, 1), make_shared<nn::BatchNorm2d>(2 * width), make_shared<nn::LeakyReLU>(0.2),  // 7x7
-      conv(2 * width, 4 * width, 4, 2, 1), make_shared<nn::BatchNorm2d>(4 * width), make_shared<nn::LeakyReLU>(0.2),  // 3x3
-      conv(4 * width, 1, 3, 1, 0), make_shared<nn::Sigmoid>()});  // 1x1
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      conv(1, width, 4, 2, 1), nn::LeakyReLU(0.2),                                                  // 14x14
+      conv(width, 2 * width, 4, 2, 1), nn::BatchNorm2d(2 * width), nn::LeakyReLU(0.2),              // 7x7
+      conv(2 * width, 4 * width, 4, 2, 1), nn::BatchNorm2d(4 * width), nn::LeakyReLU(0.2),          // 3x3
+      conv(4 * width, 1, 3, 1, 0), nn::Sigmoid()});                                                 // 1x1
 }
 
 // Both networks under one root, so one checkpoint holds them ("generator.*", "discriminator.*").
 struct Gan : nn::Module {
   Gan(std::int64_t width) : nn::Module("DCGAN") {
-    generator = register_module("generator", std::make_shared<GeneratorNet>(width));
+    generator = register_module("generator", GeneratorNet(width));
     discriminator = register_module("discriminator", make_discriminator(width));
   }
   std::shared_ptr<GeneratorNet> generator;

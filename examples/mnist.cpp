@@ -26,12 +26,12 @@ namespace {
 // The network. Each layer is a registered child, so parameters(), train()/eval() and state() see it.
 struct Net : nn::Module {
   explicit Net(double conv_dropout, double fc_dropout) : nn::Module("Net") {
-    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(1, 10, 5));
-    conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(10, 20, 5));
-    conv2_drop = register_module("conv2_drop", std::make_shared<nn::Dropout2d>(conv_dropout));
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(320, 50));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(50, 10));
-    fc1_drop = register_module("fc1_drop", std::make_shared<nn::Dropout>(fc_dropout));
+    conv1 = register_module("conv1", nn::Conv2d(1, 10, 5));
+    conv2 = register_module("conv2", nn::Conv2d(10, 20, 5));
+    conv2_drop = register_module("conv2_drop", nn::Dropout2d(conv_dropout));
+    fc1 = register_module("fc1", nn::Linear(320, 50));
+    fc2 = register_module("fc2", nn::Linear(50, 10));
+    fc1_drop = register_module("fc1_drop", nn::Dropout(fc_dropout));
   }
 
   // [N, 1, 28, 28] -> log-probabilities [N, 10].

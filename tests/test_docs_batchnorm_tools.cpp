@@ -12,9 +12,9 @@
 using namespace tapegrad;
 
 std::shared_ptr<nn::Sequential> small_mlp() {
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::BatchNorm1d>(8), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(8, 1)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Linear(4, 8), nn::BatchNorm1d(8), nn::ReLU(),
+      nn::Linear(8, 1)});
 }
 
 struct FreezeObserved {
@@ -61,10 +61,10 @@ struct FusionObserved {
 
 FusionObserved fuse_a_small_cnn() {
   manual_seed(0);
-  auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(nn::Conv2dOptions{1, 4, 3}.with_padding(1).with_bias(false)),
-      std::make_shared<nn::BatchNorm2d>(4), std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>(),
-      std::make_shared<nn::Linear>(4 * 6 * 6, 3), std::make_shared<nn::BatchNorm1d>(3)});
+  auto model = std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Conv2d(nn::Conv2dOptions{1, 4, 3}.with_padding(1).with_bias(false)),
+      nn::BatchNorm2d(4), nn::ReLU(), nn::Flatten(),
+      nn::Linear(4 * 6 * 6, 3), nn::BatchNorm1d(3)});
   for (int step = 0; step < 3; ++step) (*model)(randn({8, 1, 6, 6}));  // running statistics away from 0 and 1
 
   FusionObserved o;
@@ -99,8 +99,8 @@ RecalibrationObserved recalibrate() {
   const Tensor images = randn({200, 3}) * 2.0 + 5.0;
   data::DataLoader loader(data::TensorDataset(images, zeros({200}, TensorOptions{}.with_dtype(DType::Int64))),
                           data::DataLoaderOptions{}.with_batch_size(32));  // the last batch has 8
-  auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::BatchNorm1d>(3), std::make_shared<nn::Linear>(3, 2)});
+  auto model = std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::BatchNorm1d(3), nn::Linear(3, 2)});
   for (auto& batch : loader) (*model)(batch.images);  // one epoch of EMA updates (momentum 0.1)
   model->eval();
 

@@ -44,7 +44,7 @@ class Standardize : public nn::Module {
 
 TEST_CASE("a custom layer: parameters train, buffers are state") {
   auto standardize = std::make_shared<Standardize>(3);
-  nn::Sequential model({standardize, std::make_shared<nn::Linear>(3, 2)});
+  nn::Sequential model(standardize, nn::Linear(3, 2));
   const Tensor data = randn({64, 3}) * 5.0 + 2.0;
   standardize->fit(data);
 

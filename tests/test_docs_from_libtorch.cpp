@@ -13,11 +13,11 @@ using namespace tapegrad;
 // libtorch: struct Net : torch::nn::Module { ... torch::nn::Conv2d conv1{nullptr}; ... };
 struct Net : nn::Module {
   Net() : nn::Module("Net") {
-    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(1, 10, 5));
-    conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(10, 20, 5));
-    conv2_drop = register_module("conv2_drop", std::make_shared<nn::Dropout2d>());
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(320, 50));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(50, 10));
+    conv1 = register_module("conv1", nn::Conv2d(1, 10, 5));
+    conv2 = register_module("conv2", nn::Conv2d(10, 20, 5));
+    conv2_drop = register_module("conv2_drop", nn::Dropout2d());
+    fc1 = register_module("fc1", nn::Linear(320, 50));
+    fc2 = register_module("fc2", nn::Linear(50, 10));
   }
   Tensor forward(const Tensor& input) override {
     Tensor x = relu(max_pool2d((*conv1)(input), 2));

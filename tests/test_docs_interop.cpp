@@ -15,12 +15,11 @@ using namespace tapegrad;
 
 // The layers of PyTorch's model, in the same order: nn.Sequential names them 0, 1, 2, ... in both.
 std::shared_ptr<nn::Sequential> make_mlp(std::int64_t hidden = 256) {
-  using std::make_shared;
-  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      make_shared<nn::Flatten>(),
-      make_shared<nn::Linear>(28 * 28, hidden), make_shared<nn::BatchNorm1d>(hidden), make_shared<nn::ReLU>(),
-      make_shared<nn::Linear>(hidden, hidden), make_shared<nn::BatchNorm1d>(hidden), make_shared<nn::ReLU>(),
-      make_shared<nn::Linear>(hidden, 10)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Flatten(),
+      nn::Linear(28 * 28, hidden), nn::BatchNorm1d(hidden), nn::ReLU(),
+      nn::Linear(hidden, hidden), nn::BatchNorm1d(hidden), nn::ReLU(),
+      nn::Linear(hidden, 10)});
 }
 
 // tapegrad -> PyTorch: torch.load(path) then load_state_dict(strict=True) accepts either file.

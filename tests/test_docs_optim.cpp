@@ -24,9 +24,9 @@ struct Run {
 Run make_run(std::int64_t total_steps) {
   manual_seed(0);  // the same initial weights every time
   Run run;
-  run.model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(4, 32), std::make_shared<nn::BatchNorm1d>(32), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(32, 1)});
+  run.model = std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Linear(4, 32), nn::BatchNorm1d(32), nn::ReLU(),
+      nn::Linear(32, 1)});
   // Weight decay on weight matrices only: biases and BatchNorm's weight and bias go to a group without it.
   std::vector<Tensor> decay, no_decay;
   for (const auto& [name, p] : run.model->named_parameters())

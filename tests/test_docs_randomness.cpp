@@ -11,9 +11,9 @@ using namespace tapegrad;
 // One seed decides the whole model: initial weights and every Dropout's masks.
 std::shared_ptr<nn::Sequential> make_model(std::uint64_t seed) {
   manual_seed(seed);
-  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.5),
-      std::make_shared<nn::Linear>(16, 16), std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Linear>(16, 2)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Linear(8, 16), nn::ReLU(), nn::Dropout(0.5),
+      nn::Linear(16, 16), nn::Dropout(0.5), nn::Linear(16, 2)});
 }
 
 Tensor training_output(std::uint64_t seed) {

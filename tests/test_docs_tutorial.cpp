@@ -14,12 +14,11 @@ using namespace tapegrad;
 
 // Conv-BN-ReLU-Pool, then a linear classifier: [N, 1, 28, 28] images -> [N, 10] logits.
 std::shared_ptr<nn::Sequential> make_model() {
-  using std::make_shared;
-  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      make_shared<nn::Conv2d>(nn::Conv2dOptions{1, 16, 3}.with_padding(1)),  // -> [N, 16, 28, 28]
-      make_shared<nn::BatchNorm2d>(16), make_shared<nn::ReLU>(),
-      make_shared<nn::MaxPool2d>(4),                                         // -> [N, 16, 7, 7]
-      make_shared<nn::Flatten>(), make_shared<nn::Linear>(16 * 7 * 7, 10)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Conv2d(nn::Conv2dOptions{1, 16, 3}.with_padding(1)),  // -> [N, 16, 28, 28]
+      nn::BatchNorm2d(16), nn::ReLU(),
+      nn::MaxPool2d(4),                                         // -> [N, 16, 7, 7]
+      nn::Flatten(), nn::Linear(16 * 7 * 7, 10)});
 }
 // DOC-END model
 

@@ -7,24 +7,23 @@ namespace examples {
 using namespace tapegrad;
 
 std::shared_ptr<nn::Sequential> make_cnn() {
-  using std::make_shared;
-  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      make_shared<nn::Conv2d>(nn::Conv2dOptions{1, 32, 3}.with_padding(1)), make_shared<nn::BatchNorm2d>(32),
-      make_shared<nn::ReLU>(), make_shared<nn::MaxPool2d>(2),
-      make_shared<nn::Conv2d>(nn::Conv2dOptions{32, 64, 3}.with_padding(1)), make_shared<nn::BatchNorm2d>(64),
-      make_shared<nn::ReLU>(), make_shared<nn::MaxPool2d>(2),
-      make_shared<nn::Flatten>(),
-      make_shared<nn::Linear>(64 * 7 * 7, 128), make_shared<nn::ReLU>(), make_shared<nn::Dropout>(0.25),
-      make_shared<nn::Linear>(128, 10)});
+  // Braces build the layers left to right (initial weights come from the default generator in that order).
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Conv2d(nn::Conv2dOptions{1, 32, 3}.with_padding(1)), nn::BatchNorm2d(32),
+      nn::ReLU(), nn::MaxPool2d(2),
+      nn::Conv2d(nn::Conv2dOptions{32, 64, 3}.with_padding(1)), nn::BatchNorm2d(64),
+      nn::ReLU(), nn::MaxPool2d(2),
+      nn::Flatten(),
+      nn::Linear(64 * 7 * 7, 128), nn::ReLU(), nn::Dropout(0.25),
+      nn::Linear(128, 10)});
 }
 
 std::shared_ptr<nn::Sequential> make_mlp(std::int64_t hidden) {
-  using std::make_shared;
-  return make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      make_shared<nn::Flatten>(),
-      make_shared<nn::Linear>(28 * 28, hidden), make_shared<nn::BatchNorm1d>(hidden), make_shared<nn::ReLU>(),
-      make_shared<nn::Linear>(hidden, hidden), make_shared<nn::BatchNorm1d>(hidden), make_shared<nn::ReLU>(),
-      make_shared<nn::Linear>(hidden, 10)});
+  return std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Flatten(),
+      nn::Linear(28 * 28, hidden), nn::BatchNorm1d(hidden), nn::ReLU(),
+      nn::Linear(hidden, hidden), nn::BatchNorm1d(hidden), nn::ReLU(),
+      nn::Linear(hidden, 10)});
 }
 
 Training make_sgd_one_cycle(nn::Module& model, double lr, std::int64_t total_steps) {

@@ -1,10 +1,12 @@
 #pragma once
 /// The Module base class: parameters, buffers and child modules, registered by name.
 #include <tapegrad/export.h>
+#include <concepts>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,7 +29,9 @@ struct LoadResult {
 /// is never differentiated (a buffer can never require grad) and never seen by an optimizer, yet is part of
 /// state() and so saved and loaded. Both are registered by name; every generic operation (parameters(),
 /// train(), to(), state(), load_state(), zero_grad()) walks the registries, so a layer writes no code for them.
-/// Modules are held by std::shared_ptr and are not copyable; clone() makes an independent deep copy.
+/// Modules are held by std::shared_ptr and are not copyable; clone() makes an independent deep copy. A module
+/// can be moved while nobody holds it yet, which is what lets a layer be handed over by value, as in libtorch:
+/// `register_module("fc", nn::Linear(4, 2))`, `nn::Sequential(nn::Linear(4, 8), nn::ReLU())`.
 class Module {
  public:
   /// `type_name` is what printing shows ("Linear", "BatchNorm2d").
@@ -35,6 +39,11 @@ class Module {
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
+  /// Note: a layer's handles (its weight, its children) and the registries hold the same tensors and modules,
+  /// so moving both keeps them in step. Move assignment stays deleted: it would replace a module that a parent
+  /// or an optimizer may already hold.
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = delete;
 
   /// The layer's computation for one input tensor. Layers override it; the base throws.
   virtual Tensor forward(const Tensor& input);
@@ -50,6 +59,13 @@ class Module {
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
     register_child(name, child);
     return child;
+  }
+  /// Registers a module given by value (`register_module("fc", nn::Linear(4, 2))`); returns the shared handle
+  /// the parent keeps, with the module's own type.
+  template <class M>
+    requires std::derived_from<M, Module> && (!std::is_reference_v<M>)
+  std::shared_ptr<M> register_module(const std::string& name, M&& child) {
+    return register_module(name, std::make_shared<M>(std::move(child)));
   }
 
   // ---- traversal (recursive, insertion order, dotted names) ----

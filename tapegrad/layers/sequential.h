@@ -1,10 +1,13 @@
 #pragma once
 /// nn::Sequential: children applied one after another, named "0", "1", ... in order.
 #include <tapegrad/export.h>
+#include <concepts>
 #include <cstddef>
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <tapegrad/framework/module.h>
@@ -13,11 +16,33 @@ TAPEGRAD_API_BEGIN
 
 namespace tapegrad::nn {
 
+namespace detail {
+/// What Sequential's variadic constructor takes: a module by value (moved in) or a shared handle to one.
+template <class T>
+concept SequentialElement =
+    (std::derived_from<T, Module> && !std::is_reference_v<T>) ||
+    requires(std::remove_cvref_t<T> pointer) { std::shared_ptr<Module>{pointer}; };
+
+template <class T> std::shared_ptr<Module> to_shared_module(T&& element) {
+  if constexpr (std::derived_from<std::remove_cvref_t<T>, Module>)
+    return std::make_shared<std::remove_cvref_t<T>>(std::forward<T>(element));
+  else
+    return std::shared_ptr<Module>(std::forward<T>(element));
+}
+}  // namespace detail
+
 /// A chain of modules; forward feeds each child's output to the next (an empty chain is the identity).
 class Sequential : public Module {
  public:
   Sequential();
-  /// `Sequential({std::make_shared<Linear>(784, 10), std::make_shared<ReLU>()})`.
+  /// `Sequential(Linear(784, 64), ReLU(), Linear(64, 10))` as in libtorch: layers by value (moved in) or as
+  /// shared handles, mixed freely. Brace initialization works too: `Sequential seq{Linear(4, 8), ReLU()}`.
+  template <class... Elements>
+    requires(sizeof...(Elements) > 0 && (detail::SequentialElement<Elements> && ...))
+  explicit Sequential(Elements&&... elements) : Sequential() {
+    (append(detail::to_shared_module(std::forward<Elements>(elements))), ...);
+  }
+  /// `Sequential({a, b, c})` from shared handles.
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
   explicit Sequential(const std::vector<std::shared_ptr<Module>>& modules);
 

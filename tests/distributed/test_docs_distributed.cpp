@@ -15,9 +15,9 @@ using namespace tapegrad;
 // One epoch of data-parallel training: run the same program on every rank (mpirun -np 2 ./train).
 std::shared_ptr<nn::Sequential> train(const data::TensorDataset& dataset, const std::string& path) {
   const auto world = distributed::ProcessGroup::world();
-  auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::BatchNorm1d>(16), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::Linear>(16, 3)});
+  auto model = std::make_shared<nn::Sequential>(nn::Sequential{
+      nn::Linear(8, 16), nn::BatchNorm1d(16), nn::ReLU(),
+      nn::Linear(16, 3)});
   distributed::convert_sync_batchnorm(*model, world);     // before the optimizer sees the parameters
   distributed::DistributedDataParallel ddp(model, world);  // every rank now holds rank 0's weights and buffers
   optim::SGD optimizer(model->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
