@@ -13,7 +13,9 @@ namespace tapegrad {
 
 namespace detail {
 namespace {
-thread_local bool inference_mode = false;
+// Note: initial-exec TLS: read by every tensor factory; the general-dynamic model of a shared library would cost
+// a __tls_get_addr call each time. One byte of static TLS.
+[[gnu::tls_model("initial-exec")]] thread_local bool inference_mode = false;
 }
 bool inference_mode_enabled() { return inference_mode; }
 void set_inference_mode_enabled(bool enabled) { inference_mode = enabled; }

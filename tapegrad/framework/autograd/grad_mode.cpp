@@ -5,7 +5,8 @@
 namespace tapegrad {
 
 namespace {
-thread_local bool grad_enabled = true;
+// Note: initial-exec TLS, as inference_mode in tensor.cpp: every op reads it.
+[[gnu::tls_model("initial-exec")]] thread_local bool grad_enabled = true;
 }
 
 bool is_grad_enabled() { return grad_enabled; }
