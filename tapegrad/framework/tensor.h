@@ -32,7 +32,8 @@ class TensorIndex;
 /// (in elements), as in PyTorch: transpose, permute, t, narrow, select, slice, expand, squeeze, unsqueeze,
 /// view, integer/Slice index(), and reshape when the strides allow, return views that share the storage,
 /// so an in-place op through a view changes its base and bumps the version counter they share. Ops read
-/// non-contiguous inputs through contiguous() and always return fresh contiguous tensors; data<T>() and
+/// non-contiguous inputs through contiguous() (matmul reads transposed and sliced matrices in place) and
+/// always return fresh contiguous tensors; data<T>() and
 /// raw_data() refuse a non-contiguous view. See docs/views_and_indexing.md.
 class Tensor {
  public:

@@ -1,5 +1,5 @@
-// matmul and linear. Both forward kernels are GEMMs (framework/kernels/gemm.h) over the contiguous row-major
-// storage; both backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
+// matmul and linear. Both forward kernels are GEMMs (framework/kernels/gemm.h) over row-major storage (matmul
+// also reads transposed and sliced views in place); both backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
 #include <tapegrad/framework/ops/linalg.h>
 
 #include <Eigen/Core>
@@ -9,6 +9,7 @@
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/kernels/gemm.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
@@ -27,11 +28,54 @@ Tensor raw_view(const Tensor& t, const Shape& shape) { return t.detach().reshape
 
 Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
 
+// How GEMM reads one operand in place: its matrices are row-major with leading dimension `ld`, transposed
+// when `transposed`, and the matrix of batch index i starts at `offset` + sum(i_d * batch_strides[d]).
+struct GemmOperand {
+  Tensor values;  // the tensor read (the operand itself, or its contiguous copy)
+  bool transposed;
+  std::int64_t ld, offset;
+  Shape batch_strides;  // over the output's batch dims, 0 where broadcast
+};
+
+// A transposed or otherwise strided view is read where it lies when its last two dims are a row-major or a
+// column-major matrix (a transposed one to GEMM): `x.matmul(w.t())` copies nothing, as in libtorch. Other
+// layouts (expanded or sliced with a step in both dims) are made contiguous first.
+GemmOperand gemm_operand(const Tensor& t, bool transpose, const Shape& batch) {
+  Tensor values = t;
+  const auto layout = [&](const Tensor& v, bool& transposed, std::int64_t& ld) {
+    const Shape &s = v.shape(), st = v.strides();
+    const std::int64_t rows = s[s.size() - 2], cols = s.back(), sr = st[st.size() - 2], sc = st.back();
+    if (rows == 0 || cols == 0) return false;
+    if ((cols == 1 || sc == 1) && (rows == 1 || sr >= cols)) {
+      transposed = transpose;
+      ld = rows == 1 ? cols : sr;
+      return true;
+    }
+    if ((rows == 1 || sr == 1) && (cols == 1 || sc >= rows)) {  // column-major: the transpose is row-major
+      transposed = !transpose;
+      ld = cols == 1 ? rows : sc;
+      return true;
+    }
+    return false;
+  };
+  bool transposed = transpose;
+  std::int64_t ld = 0;
+  if (!layout(values, transposed, ld)) {
+    values = t.contiguous();
+    transposed = transpose;
+    ld = std::max<std::int64_t>(1, values.shape().back());
+  }
+  const Shape &s = values.shape(), st = values.strides();
+  Shape batch_strides(batch.size(), 0);
+  const std::size_t own = s.size() - 2, shift = batch.size() - own;
+  for (std::size_t d = 0; d < own; ++d) batch_strides[shift + d] = s[d] == 1 ? 0 : st[d];
+  return {values, transposed, ld, values.storage_offset(), batch_strides};
+}
+
 // op(a) x op(b) for a, b of at least 2 dims, where op transposes the last two dims when asked; the batch
 // dims broadcast. Records nothing: the callers own the tape record.
-// Note: the output is always a fresh tensor, and Eigen writes it with noalias(), so no operand can alias it.
-Tensor batched_product(const Tensor& a_in, bool transpose_a, const Tensor& b_in, bool transpose_b) {
-  const Tensor a = a_in.contiguous(), b = b_in.contiguous();
+// Note: the output is always a fresh tensor, so no operand can alias it.
+Tensor batched_product(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {
   const Shape &as = a.shape(), &bs = b.shape();
   const std::int64_t a_rows = as[as.size() - 2], a_cols = as.back(), b_rows = bs[bs.size() - 2], b_cols = bs.back();
   const std::int64_t n = transpose_a ? a_cols : a_rows, k = transpose_a ? a_rows : a_cols;
@@ -42,24 +86,23 @@ Tensor batched_product(const Tensor& a_in, bool transpose_a, const Tensor& b_in,
   out_shape.push_back(m);
   Tensor out = empty(out_shape, a.dtype());
   const std::int64_t batches = shape_numel(batch);
-  // Per-batch offsets of a and b in matrices: broadcast strides over the batch dims (0 where broadcast).
-  const Shape sa = detail::broadcast_strides(batch_of(as), batch), sb = detail::broadcast_strides(batch_of(bs), batch);
+  const GemmOperand ga = gemm_operand(a, transpose_a, batch), gb = gemm_operand(b, transpose_b, batch);
   detail::dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
-    const T* pa = a.data<T>();
-    const T* pb = b.data<T>();
+    const T* pa = static_cast<const T*>(ga.values.impl()->storage->data());
+    const T* pb = static_cast<const T*>(gb.values.impl()->storage->data());
     T* po = out.data<T>();
     std::vector<std::int64_t> index(batch.size(), 0);
-    std::int64_t offset_a = 0, offset_b = 0;
+    std::int64_t offset_a = ga.offset, offset_b = gb.offset;
     for (std::int64_t i = 0; i < batches; ++i) {
-      kernels::gemm(transpose_a, transpose_b, n, m, k, T(1), pa + offset_a * a_rows * a_cols, a_cols,
-                    pb + offset_b * b_rows * b_cols, b_cols, T(0), po + i * n * m, m);
+      kernels::gemm(ga.transposed, gb.transposed, n, m, k, T(1), pa + offset_a, ga.ld, pb + offset_b, gb.ld, T(0),
+                    po + i * n * m, m);
       for (std::size_t d = batch.size(); d-- > 0;) {
-        offset_a += sa[d];
-        offset_b += sb[d];
+        offset_a += ga.batch_strides[d];
+        offset_b += gb.batch_strides[d];
         if (++index[d] < batch[d]) break;
-        offset_a -= sa[d] * batch[d];
-        offset_b -= sb[d] * batch[d];
+        offset_a -= ga.batch_strides[d] * batch[d];
+        offset_b -= gb.batch_strides[d] * batch[d];
         index[d] = 0;
       }
     }
