@@ -207,6 +207,35 @@ TEST_CASE("kinks: relu and abs have gradient 0 at 0, clamp passes the gradient a
   CHECK_FALSE(sign(x).requires_grad());
 }
 
+TEST_CASE("relu follows PyTorch on NaN and on infinite gradients, at every length, both backward paths") {
+  // torch 1.13: relu([nan, -1, 2, 0]) = [nan, 0, 2, 0]; with upstream [inf, inf, 1, 5] the gradient is
+  // [inf, 0, 1, 0] (threshold_backward keeps g unless x <= 0; a product g * 0 would give NaN).
+  const double nan = std::nan(""), inf = INFINITY;
+  for (const DType dtype : {DType::Float32, DType::Float64})
+    for (const bool create_graph : {false, true}) {
+      Tensor x = tensor({nan, -1.0, 2.0, 0.0}, {4}, TensorOptions{}.with_dtype(dtype).with_requires_grad());
+      const Tensor y = relu(x);
+      const std::vector<double> values = y.to_vector();
+      CHECK(std::isnan(values[0]));
+      CHECK(std::vector<double>(values.begin() + 1, values.end()) == std::vector<double>{0.0, 2.0, 0.0});
+      y.backward(tensor({inf, inf, 1.0, 5.0}, {4}, TensorOptions{}.with_dtype(dtype)), false, create_graph);
+      CHECK(x.grad().to_vector() == std::vector<double>{inf, 0.0, 1.0, 0.0});
+    }
+  // Every length up to a few vectors of the widest instruction set, so vector bodies and scalar tails both run.
+  Generator gen(3);
+  for (std::int64_t n = 0; n < 70; ++n) {
+    Tensor x = randn({n}, gen, f64_grad());
+    const Tensor g = randn({n}, gen, f64());
+    relu(x).backward(g);
+    const std::vector<double> xs = x.to_vector(), gs = g.to_vector(), ys = relu(x.detach()).to_vector();
+    const std::vector<double> dx = n == 0 ? std::vector<double>{} : x.grad().to_vector();
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      CHECK(ys[i] == std::max(xs[i], 0.0));
+      CHECK(dx[i] == (xs[i] > 0 ? gs[i] : 0.0));
+    }
+  }
+}
+
 TEST_CASE("where selects by broadcast mask and keeps an infinite gradient out of the other branch") {
   const Tensor mask = tensor({1.0, 0.0}, {2, 1});
   Tensor a = tensor({1.0, 2.0, 3.0}, {3}, f64_grad());

@@ -202,6 +202,86 @@ TEST_CASE("max_pool2d propagates NaN, pointing at the last NaN of the window as 
   CHECK(max_pool2d(tensor({1, 9, 3, 1}, {1, 1, 2, 2}, f64()), 2).item() == 9.0);
 }
 
+// The 2x2, stride-2 pool has its own kernels (forward, and a backward that writes every element once).
+// Reference with PyTorch's NaN rule: in tap order a NaN always wins, otherwise only a strictly greater value.
+void reference_max_pool_2x2(const std::vector<double>& x, std::int64_t planes, std::int64_t h, std::int64_t w,
+                            bool ceil_mode, std::vector<double>& values, std::vector<double>& indices) {
+  const auto oh = out_size(h, 2, 2, 0, 1, ceil_mode), ow = out_size(w, 2, 2, 0, 1, ceil_mode);
+  for (std::int64_t p = 0; p < planes; ++p)
+    for (std::int64_t i = 0; i < oh; ++i)
+      for (std::int64_t j = 0; j < ow; ++j) {
+        double best = 0;
+        std::int64_t where = -1;
+        for (std::int64_t a = 0; a < 2; ++a)
+          for (std::int64_t b = 0; b < 2; ++b) {
+            const std::int64_t r = 2 * i + a, c = 2 * j + b;
+            if (r >= h || c >= w) continue;
+            const double v = x[static_cast<std::size_t>((p * h + r) * w + c)];
+            if (where < 0 || std::isnan(v) || (!std::isnan(best) && v > best)) best = v, where = r * w + c;
+          }
+        values.push_back(best);
+        indices.push_back(static_cast<double>(where));
+      }
+}
+
+bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); });
+}
+
+TEST_CASE("the 2x2 max pool matches a direct one with ties, NaNs and odd sizes, and scatters its gradient") {
+  rc::prop("2x2 kernels, float32 and float64", [] {
+    const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, 3), c = *rc::gen::inRange<std::int64_t>(1, 4);
+    const std::int64_t h = *rc::gen::inRange<std::int64_t>(2, 36), w = *rc::gen::inRange<std::int64_t>(2, 36);
+    const bool ceil_mode = *rc::gen::arbitrary<bool>();
+    const DType dtype = *rc::gen::element(DType::Float32, DType::Float64);
+    // Values from a handful of integers, so that windows tie; now and then a NaN.
+    const auto count = static_cast<std::size_t>(n * c * h * w);
+    std::vector<double> x = *rc::gen::container<std::vector<double>>(
+        count, rc::gen::map(rc::gen::inRange(-3, 4), [](int v) { return static_cast<double>(v); }));
+    if (*rc::gen::inRange(0, 3) == 0)
+      for (int k = *rc::gen::inRange(1, 4); k > 0; --k)
+        x[*rc::gen::inRange<std::size_t>(0, count)] = std::nan("");
+    const Tensor input = from_vector(x, {n, c, h, w}, TensorOptions{}.with_dtype(dtype).with_requires_grad());
+    const auto [y, indices] = max_pool2d_with_indices(input, 2, 2, 0, 1, ceil_mode);
+    std::vector<double> values, where;
+    reference_max_pool_2x2(x, n * c, h, w, ceil_mode, values, where);
+    RC_ASSERT(same_values(y.to_vector(), values));
+    RC_ASSERT(indices.to_vector() == where);
+
+    // Distinct gradient values, one of them infinite: each reaches only its window's index.
+    std::vector<double> gy(values.size());
+    std::iota(gy.begin(), gy.end(), 1.0);
+    gy.back() = INFINITY;
+    y.backward(from_vector(gy, y.shape(), TensorOptions{}.with_dtype(dtype)));
+    std::vector<double> expected(count, 0.0);
+    const auto out_plane = static_cast<std::size_t>(y.size(2) * y.size(3));
+    for (std::size_t k = 0; k < gy.size(); ++k)
+      expected[k / out_plane * static_cast<std::size_t>(h * w) + static_cast<std::size_t>(where[k])] += gy[k];
+    RC_ASSERT(input.grad().to_vector() == expected);
+  });
+}
+
+TEST_CASE("the 2x2 max pool on a big threaded batch, one plane holding a NaN") {
+  Generator gen(11);
+  for (const DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = randn({4, 16, 28, 27}, gen, TensorOptions{}.with_dtype(dtype));
+    std::vector<double> values = x.to_vector();
+    values[5 * 28 * 27 + 100] = std::nan("");
+    const Tensor input = from_vector(values, x.shape(), TensorOptions{}.with_dtype(dtype).with_requires_grad());
+    const auto [y, indices] = max_pool2d_with_indices(input, 2);
+    std::vector<double> expected_values, where;
+    reference_max_pool_2x2(values, 64, 28, 27, false, expected_values, where);
+    CHECK(same_values(y.to_vector(), expected_values));
+    CHECK(indices.to_vector() == where);
+    sum(y).backward();
+    std::vector<double> expected(values.size(), 0.0);
+    for (std::size_t k = 0; k < where.size(); ++k)
+      expected[k / (14 * 13) * (28 * 27) + static_cast<std::size_t>(where[k])] = 1.0;
+    CHECK(input.grad().to_vector() == expected);
+  }
+}
+
 TEST_CASE("max_pool2d never picks the padding, even over negative values") {
   const Tensor x = full({1, 1, 2, 2}, -7.0, f64());
   CHECK(max_pool2d(x, 3, 1, 1).to_vector() == std::vector<double>{-7, -7, -7, -7});

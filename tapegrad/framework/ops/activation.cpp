@@ -33,14 +33,14 @@ std::vector<Tensor> one(Tensor g) { return std::vector<Tensor>{std::move(g)}; }
 }  // namespace
 
 Tensor relu(const Tensor& x) {
-  Tensor out = detail::map_floating(x, "relu", [](auto v) { return v > decltype(v)(0) ? v : decltype(v)(0); });
+  // Note: "v <= 0 gives 0", not "v > 0 keeps v": a NaN stays NaN, as in PyTorch.
+  Tensor out = detail::map_floating(x, "relu", [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
   return record_if_needed("relu", out, {x}, [&] {
     return [sx = SavedTensor(x, "relu")](const Tensor& g, NeedsGrad) {
-      return one(detail::unary_backward(
-          // Note: the comparison converted to 0/1, not a ternary: GCC keeps the ternary as a branch at the
-          // x86-64-v2 baseline, mispredicted on half the elements (36% of cnn training in the default build).
-          g, sx.get(), "relu", [](auto v) { return static_cast<decltype(v)>(v > decltype(v)(0)); },
-          [&] { return gt(sx.get(), 0.0); }));
+      // PyTorch's threshold_backward: g is kept where x > 0 or x is NaN and replaced by 0 where x <= 0, so an
+      // infinite g gives 0 there, not the NaN of g * 0.
+      if (is_grad_enabled()) return one(masked_fill(g, le(sx.get(), 0.0), 0.0));
+      return one(detail::keep_gradient_where(g, sx.get(), "relu", [](auto v) { return !(v <= decltype(v)(0)); }));
     };
   });
 }

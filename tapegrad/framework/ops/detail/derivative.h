@@ -29,6 +29,28 @@ Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const 
   return out;
 }
 
+/// keep(saved[i]) ? g[i] : 0 in one pass: the backward of a piecewise-identity op such as relu, where a
+/// product g * 0/1 would turn an infinite g into NaN.
+template <class Keep>
+Tensor keep_gradient_where(const Tensor& g_in, const Tensor& saved_in, const char* op, Keep keep) {
+  Tensor g_copy, saved_copy;  // only for strided views
+  const Tensor& g = g_in.is_contiguous() ? g_in : (g_copy = g_in.contiguous());
+  const Tensor& saved = saved_in.is_contiguous() ? saved_in : (saved_copy = saved_in.contiguous());
+  Tensor out = empty(g.shape(), g.dtype());
+  dispatch_floating(g.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    const T* pg = g.data<T>();
+    const T* ps = saved.data<T>();
+    T* o = out.data<T>();
+    const std::int64_t n = g.numel();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T gi = pg[i];  // Note: read unconditionally, so that the select vectorises
+      o[i] = keep(ps[i]) ? gi : T(0);
+    }
+  });
+  return out;
+}
+
 /// The backward of a unary op. Note: outside create_graph (grad mode off) the fused kernel runs; under
 /// create_graph `composed()` builds f'(x) from recorded tapegrad ops, so the gradient is itself
 /// differentiable. Tests check that both paths give the same numbers.
