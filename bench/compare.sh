@@ -7,6 +7,9 @@
 #   - libtorch runs with OpenBLAS (openmp build) and with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for its
 #     command alone: this workplace sets both, which pins OpenBLAS to old kernels; the core OpenBLAS then
 #     reports is printed;
+#   - jemalloc runs with the MALLOC_CONF of PyTorch's own CPU launcher and CI (no purging, one arena for big
+#     blocks, a background thread): jemalloc's defaults hand big blocks back to the kernel at once, and every
+#     step then page-faults them in again;
 #   - the ratio is tapegrad (system allocator, what a user gets) over libtorch's better allocator;
 #   - bench/anchors prints the FMA peak per core, raw 1024^3 sgemm of oneDNN and OpenBLAS (and dgemm), and
 #     each GEMM- or conv-bound workload's GFLOP/s is shown as a fraction of the FMA peak;
@@ -25,6 +28,7 @@ workloads="mlp cnn resnet bn_fwd_bwd infer_mlp_b1 infer_mlp_b1024 matmul"
 allocators="system jemalloc"
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+jemalloc_conf=oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) build_dir=$(realpath -m "$2"); shift 2 ;;
@@ -54,7 +58,7 @@ run() {
   local side=$1 allocator=$2
   shift 2
   local preload=()
-  [[ $allocator == jemalloc ]] && preload=(LD_PRELOAD="$jemalloc")
+  [[ $allocator == jemalloc ]] && preload=(LD_PRELOAD="$jemalloc" MALLOC_CONF="$jemalloc_conf")
   if [[ $side == tapegrad ]]; then
     env "${preload[@]}" "$build_dir/bench/compare" "$@"
   else
@@ -105,6 +109,7 @@ cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "## tapegrad vs libtorch 1.13, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
 echo "CPU: $cpu_model ($(nproc) cores); build: $(sed -n 's/^TAPEGRAD_NATIVE:BOOL=//p' "$build_dir/CMakeCache.txt" | sed 's/ON/native (-march=native)/;s/OFF/default (portable, run-time dispatch)/'); OpenBLAS core under libtorch: ${core:-not reported}"
+echo "jemalloc runs: LD_PRELOAD=$jemalloc MALLOC_CONF=$jemalloc_conf"
 echo
 
 awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" -v allocators="$allocators" \
