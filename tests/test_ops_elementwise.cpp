@@ -2,6 +2,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "support/properties.h"
@@ -221,9 +222,13 @@ TEST_CASE("relu follows PyTorch on NaN and on infinite gradients, at every lengt
       y.backward(tensor({inf, inf, 1.0, 5.0}, {4}, TensorOptions{}.with_dtype(dtype)), false, create_graph);
       CHECK(x.grad().to_vector() == std::vector<double>{inf, 0.0, 1.0, 0.0});
     }
-  // Every length up to a few vectors of the widest instruction set, so vector bodies and scalar tails both run.
+  // Every length up to a few vectors of the widest instruction set, so vector bodies and scalar tails both run,
+  // and one long enough to be split across threads.
   Generator gen(3);
-  for (std::int64_t n = 0; n < 70; ++n) {
+  std::vector<std::int64_t> lengths(70);
+  std::iota(lengths.begin(), lengths.end(), std::int64_t{0});
+  lengths.push_back(200'003);
+  for (const std::int64_t n : lengths) {
     Tensor x = randn({n}, gen, f64_grad());
     const Tensor g = randn({n}, gen, f64());
     relu(x).backward(g);

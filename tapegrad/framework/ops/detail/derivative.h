@@ -5,6 +5,7 @@
 
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/unary.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/tensor.h>
 
@@ -24,6 +25,7 @@ Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const 
     const T* ps = saved.data<T>();
     T* o = out.data<T>();
     const std::int64_t n = g.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kElementwiseParallel)
     for (std::int64_t i = 0; i < n; ++i) o[i] = pg[i] * derivative(ps[i]);
   });
   return out;
@@ -43,6 +45,7 @@ Tensor keep_gradient_where(const Tensor& g_in, const Tensor& saved_in, const cha
     const T* ps = saved.data<T>();
     T* o = out.data<T>();
     const std::int64_t n = g.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kElementwiseParallel)
     for (std::int64_t i = 0; i < n; ++i) {
       const T gi = pg[i];  // Note: read unconditionally, so that the select vectorises
       o[i] = keep(ps[i]) ? gi : T(0);
