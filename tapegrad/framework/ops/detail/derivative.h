@@ -11,10 +11,10 @@
 
 namespace tapegrad::detail {
 
-/// g * d(saved) in one pass: `derivative` maps each element of `saved` (the op's input or its output values)
-/// to the local derivative. `g` and `saved` have the same shape and dtype.
-template <class F>
-Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const char* op, F derivative) {
+/// out[i] = combine(g[i], saved[i]) in one pass, split across threads when long: the fused first-order
+/// backward of a unary op. `g` and `saved` have the same shape and dtype.
+template <class Combine>
+Tensor fused_backward(const Tensor& g_in, const Tensor& saved_in, const char* op, Combine combine) {
   Tensor g_copy, saved_copy;  // only for strided views
   const Tensor& g = g_in.is_contiguous() ? g_in : (g_copy = g_in.contiguous());
   const Tensor& saved = saved_in.is_contiguous() ? saved_in : (saved_copy = saved_in.contiguous());
@@ -26,32 +26,23 @@ Tensor times_local_derivative(const Tensor& g_in, const Tensor& saved_in, const 
     T* o = out.data<T>();
     const std::int64_t n = g.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kElementwiseParallel)
-    for (std::int64_t i = 0; i < n; ++i) o[i] = pg[i] * derivative(ps[i]);
+    for (std::int64_t i = 0; i < n; ++i) o[i] = combine(pg[i], ps[i]);
   });
   return out;
 }
 
-/// keep(saved[i]) ? g[i] : 0 in one pass: the backward of a piecewise-identity op such as relu, where a
-/// product g * 0/1 would turn an infinite g into NaN.
+/// g * d(saved): `derivative` maps each element of `saved` (the op's input or its output values) to the
+/// local derivative.
+template <class F>
+Tensor times_local_derivative(const Tensor& g, const Tensor& saved, const char* op, F derivative) {
+  return fused_backward(g, saved, op, [&derivative](auto gi, auto si) { return gi * derivative(si); });
+}
+
+/// keep(saved) ? g : 0: the backward of a piecewise-identity op such as relu, where a product g * 0/1 would
+/// turn an infinite g into NaN.
 template <class Keep>
-Tensor keep_gradient_where(const Tensor& g_in, const Tensor& saved_in, const char* op, Keep keep) {
-  Tensor g_copy, saved_copy;  // only for strided views
-  const Tensor& g = g_in.is_contiguous() ? g_in : (g_copy = g_in.contiguous());
-  const Tensor& saved = saved_in.is_contiguous() ? saved_in : (saved_copy = saved_in.contiguous());
-  Tensor out = empty(g.shape(), g.dtype());
-  dispatch_floating(g.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* pg = g.data<T>();
-    const T* ps = saved.data<T>();
-    T* o = out.data<T>();
-    const std::int64_t n = g.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kElementwiseParallel)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const T gi = pg[i];  // Note: read unconditionally, so that the select vectorises
-      o[i] = keep(ps[i]) ? gi : T(0);
-    }
-  });
-  return out;
+Tensor keep_gradient_where(const Tensor& g, const Tensor& saved, const char* op, Keep keep) {
+  return fused_backward(g, saved, op, [&keep](auto gi, auto si) { return keep(si) ? gi : decltype(gi)(0); });
 }
 
 /// The backward of a unary op. Note: outside create_graph (grad mode off) the fused kernel runs; under
