@@ -24,6 +24,9 @@ class BCELoss : public Module {
   const BceOptions& options() const { return options_; }
 
  private:
+  // Note: a loss takes two tensors; Module's one-tensor forward stays unreachable (private), named here so
+  // that it is not merely hidden (clang's -Woverloaded-virtual).
+  using Module::forward;
   BceOptions options_;
 };
 
@@ -38,6 +41,9 @@ class BCEWithLogitsLoss : public Module {
   const BceWithLogitsOptions& options() const { return options_; }
 
  private:
+  // Note: a loss takes two tensors; Module's one-tensor forward stays unreachable (private), named here so
+  // that it is not merely hidden (clang's -Woverloaded-virtual).
+  using Module::forward;
   BceWithLogitsOptions options_;
 };
 
@@ -51,6 +57,9 @@ class NLLLoss : public Module {
   const CrossEntropyOptions& options() const { return options_; }
 
  private:
+  // Note: a loss takes two tensors; Module's one-tensor forward stays unreachable (private), named here so
+  // that it is not merely hidden (clang's -Woverloaded-virtual).
+  using Module::forward;
   CrossEntropyOptions options_;
 };
 
@@ -64,6 +73,9 @@ class CrossEntropyLoss : public Module {
   const CrossEntropyOptions& options() const { return options_; }
 
  private:
+  // Note: a loss takes two tensors; Module's one-tensor forward stays unreachable (private), named here so
+  // that it is not merely hidden (clang's -Woverloaded-virtual).
+  using Module::forward;
   CrossEntropyOptions options_;
 };
 
