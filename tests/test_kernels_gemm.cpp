@@ -1,12 +1,17 @@
-// The kernels layer's GEMM (oneDNN for float32, Eigen for float64) against a plain triple loop in double:
-// every transpose combination, leading dimensions wider than the rows, alpha and beta, empty dims.
+// The kernels layer's GEMM (oneDNN's sgemm or matmul primitive for float32, Eigen for float64) and its Linear
+// forward against a plain triple loop in double: every transpose combination, leading dimensions wider than the
+// rows, alpha and beta, empty dims, each float32 path forced and the automatic rule; the primitive cache's bound
+// and concurrent callers.
 #include <cmath>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <tapegrad/framework/kernels/gemm.h>
 #include "support/properties.h"
 
 using tapegrad::kernels::gemm;
+using tapegrad::kernels::GemmPath;
 
 namespace {
 
@@ -26,28 +31,32 @@ std::vector<double> reference(bool ta, bool tb, std::int64_t m, std::int64_t n, 
   return out;
 }
 
+// Values that are multiples of 1/16 in [-4, 4], so that float32 products are exact.
 template <class T>
-void check_gemm(double tolerance) {
+std::vector<T> grid_values(std::int64_t count) {
+  std::vector<T> v(static_cast<std::size_t>(count));
+  for (auto& x : v) x = static_cast<T>(*rc::gen::inRange(-64, 65)) / T(16);
+  return v;
+}
+
+template <class T>
+void check_gemm(double tolerance, GemmPath path = GemmPath::automatic) {
   const bool ta = *rc::gen::arbitrary<bool>(), tb = *rc::gen::arbitrary<bool>();
+  // Note: up to 40 rows, so that the automatic rule's switch to the primitive at 16 rows is crossed.
   const auto m = *rc::gen::inRange<std::int64_t>(0, 40), n = *rc::gen::inRange<std::int64_t>(0, 40),
              k = *rc::gen::inRange<std::int64_t>(0, 70);
   const auto pad = *rc::gen::inRange<std::int64_t>(0, 3);
   const double alpha = *rc::gen::element(1.0, -0.5, 2.0), beta = *rc::gen::element(0.0, 1.0, 0.25);
   const std::int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
   const std::int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
-  auto values = [](std::int64_t count) {
-    std::vector<T> v(static_cast<std::size_t>(count));
-    for (auto& x : v) x = static_cast<T>(*rc::gen::inRange(-64, 65)) / T(16);
-    return v;
-  };
-  const std::vector<T> a = values(a_rows * lda), b = values(b_rows * ldb);
-  std::vector<T> c = values(m * ldc);
+  const std::vector<T> a = grid_values<T>(a_rows * lda), b = grid_values<T>(b_rows * ldb);
+  std::vector<T> c = grid_values<T>(m * ldc);
   if (beta == 0.0)  // beta = 0 must ignore C, NaNs included (BLAS semantics)
     for (auto& x : c) x = std::nan("");
   const std::vector<double> expected = reference(ta, tb, m, n, k, alpha, a, std::max<std::int64_t>(lda, 1), b,
                                                  std::max<std::int64_t>(ldb, 1), beta, c, ldc);
   gemm(ta, tb, m, n, k, static_cast<T>(alpha), a.data(), std::max<std::int64_t>(lda, 1), b.data(),
-       std::max<std::int64_t>(ldb, 1), static_cast<T>(beta), c.data(), std::max<std::int64_t>(ldc, 1));
+       std::max<std::int64_t>(ldb, 1), static_cast<T>(beta), c.data(), std::max<std::int64_t>(ldc, 1), path);
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t j = 0; j < n; ++j) {
       const double got = static_cast<double>(c[static_cast<std::size_t>(i * ldc + j)]),
@@ -56,10 +65,83 @@ void check_gemm(double tolerance) {
     }
 }
 
+// y = x W^T + bias through kernels::linear against the reference, with and without a bias.
+template <class T>
+void check_linear(double tolerance, GemmPath path = GemmPath::automatic) {
+  const auto rows = *rc::gen::inRange<std::int64_t>(0, 40), out = *rc::gen::inRange<std::int64_t>(0, 40),
+             in = *rc::gen::inRange<std::int64_t>(0, 70);
+  const bool with_bias = *rc::gen::arbitrary<bool>();
+  const std::vector<T> x = grid_values<T>(rows * in), w = grid_values<T>(out * in), bias = grid_values<T>(out);
+  std::vector<T> y(static_cast<std::size_t>(rows * out), static_cast<T>(std::nan("")));
+  std::vector<T> broadcast(y.size(), T(0));
+  if (with_bias)
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < out; ++j) broadcast[static_cast<std::size_t>(r * out + j)] = bias[static_cast<std::size_t>(j)];
+  const std::int64_t ld = std::max<std::int64_t>(in, 1);
+  const std::vector<double> expected =
+      reference(false, true, rows, out, in, 1.0, x, ld, w, ld, 1.0, broadcast, std::max<std::int64_t>(out, 1));
+  tapegrad::kernels::linear(rows, out, in, x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), path);
+  for (std::size_t i = 0; i < y.size(); ++i)
+    RC_ASSERT(std::abs(static_cast<double>(y[i]) - expected[i]) <= tolerance * (1.0 + std::abs(expected[i])));
+}
+
 }  // namespace
 
 TEST_CASE("float32 GEMM (oneDNN) matches the reference for every transpose, stride, alpha and beta") {
-  rc::prop("float32", [] { check_gemm<float>(1e-5); });
+  rc::prop("automatic path", [] { check_gemm<float>(1e-5); });
+  rc::prop("sgemm", [] { check_gemm<float>(1e-5, GemmPath::sgemm); });
+  rc::prop("matmul primitive", [] { check_gemm<float>(1e-5, GemmPath::matmul_primitive); });
+}
+
+TEST_CASE("the Linear forward kernel matches the reference with and without a bias, on every path") {
+  rc::prop("float32, automatic path", [] { check_linear<float>(1e-5); });
+  rc::prop("float32, sgemm", [] { check_linear<float>(1e-5, GemmPath::sgemm); });
+  rc::prop("float32, matmul primitive", [] { check_linear<float>(1e-5, GemmPath::matmul_primitive); });
+  rc::prop("float64", [] { check_linear<double>(1e-12); });
+}
+
+TEST_CASE("the matmul primitive cache is bounded and recomputes evicted shapes correctly") {
+  const std::size_t capacity = tapegrad::kernels::gemm_cache_capacity();
+  REQUIRE(capacity > 0);
+  REQUIRE(capacity < 1000);  // small enough to overflow here
+  const std::int64_t in = 8, out = 3;
+  const std::vector<float> w = {1, -2, 3, 0.5f, 0, 1, -1, 2, 4, 1, 0, -3, 2, 2, 1, 0, -1, 0.25f, 1, 1, 1, 1, 1, 1};
+  const auto run = [&](std::int64_t rows) {  // each row count is a shape of its own
+    std::vector<float> x(static_cast<std::size_t>(rows * in)), y(static_cast<std::size_t>(rows * out));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+    tapegrad::kernels::linear(rows, out, in, x.data(), w.data(), nullptr, y.data(), GemmPath::matmul_primitive);
+    return y;
+  };
+  const std::vector<float> first = run(1);
+  for (std::int64_t rows = 2; rows <= static_cast<std::int64_t>(capacity) + 8; ++rows) {
+    run(rows);
+    CHECK(tapegrad::kernels::gemm_cache_size() <= capacity);
+  }
+  CHECK(tapegrad::kernels::gemm_cache_size() == capacity);
+  // The first shape was evicted (least recently used); it is built again and gives the same values.
+  CHECK(run(1) == first);
+  CHECK(tapegrad::kernels::gemm_cache_size() == capacity);
+}
+
+TEST_CASE("concurrent callers share the matmul primitives safely") {
+  const std::int64_t rows = 64, out = 48, in = 96;
+  std::vector<float> x(static_cast<std::size_t>(rows * in)), w(static_cast<std::size_t>(out * in)), bias(out);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 11) / 4.0f - 1.0f;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) / 8.0f - 0.75f;
+  for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i) / 16.0f;
+  std::vector<float> expected(static_cast<std::size_t>(rows * out));
+  tapegrad::kernels::linear(rows, out, in, x.data(), w.data(), bias.data(), expected.data(), GemmPath::sgemm);
+  std::vector<std::vector<float>> results(4, std::vector<float>(expected.size()));
+  std::vector<std::thread> threads;
+  for (auto& result : results)
+    threads.emplace_back([&] {
+      for (int repeat = 0; repeat < 20; ++repeat)
+        tapegrad::kernels::linear(rows, out, in, x.data(), w.data(), bias.data(), result.data(),
+                                  GemmPath::matmul_primitive);
+    });
+  for (auto& thread : threads) thread.join();
+  for (const auto& result : results)
+    for (std::size_t i = 0; i < expected.size(); ++i) CHECK(result[i] == Approx(expected[i]).margin(1e-4));
 }
 
 TEST_CASE("float64 GEMM (Eigen) matches the reference for every transpose, stride, alpha and beta") {

@@ -2,7 +2,11 @@
 
 // Note: no fused multiply-adds in this file. Python evaluates PyTorch's schedules with one rounding per
 // operation; contracting a * b + c into one fma would change the last bit of the learning rates.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <cmath>
 #include <numbers>

@@ -6,10 +6,14 @@
 
 // Note: GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsics when inlining
 // Eigen's packet code; the diagnostic is keyed to the header's lines, so it is silenced for them only.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
+#else
+#include <Eigen/Core>
+#endif
 #include <algorithm>
 #include <utility>
 #include <vector>

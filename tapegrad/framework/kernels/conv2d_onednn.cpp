@@ -8,21 +8,18 @@
 // holds the rule for the rest.
 #include <tapegrad/framework/kernels/conv2d_onednn.h>
 
-#include <omp.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
 #include <deque>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <tapegrad/framework/error.h>
+#include <tapegrad/framework/kernels/onednn_support.h>
 #include <tapegrad/framework/storage.h>
 
 namespace tapegrad::kernels::onednn {
@@ -32,9 +29,7 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
-// Note: a jit convolution fixes its work split for the thread count current when it is created (oneDNN's OpenMP
-// runtime reads omp_get_max_threads(), which tapegrad::set_num_threads sets), so the count is part of the key:
-// after set_num_threads(2) a new primitive really uses two threads.
+// Note: the thread count is part of the key (see primitive_threads).
 struct Key {
   ConvDirection direction;
   ConvGeometry g;
@@ -63,18 +58,12 @@ struct Operand {
   bool output;
 };
 
-// Note: an entry is immutable once built and shared by pointer, so a call keeps using it while another thread
-// evicts it; oneDNN primitives may execute concurrently from several threads (the scratchpad is the caller's).
+// An immutable cache entry: the primitive and how to feed it.
 struct Entry {
   dnnl::primitive primitive;
   std::vector<Operand> operands;
   memory::desc scratchpad;
 };
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 memory::dims dims(std::initializer_list<std::int64_t> values) { return memory::dims(values); }
 
@@ -108,14 +97,6 @@ Operand operand(int argument, const memory::desc& user, const memory::desc& inne
                             : dnnl::reorder(dnnl::reorder::primitive_desc(engine, user, engine, inner));
   }
   return result;
-}
-
-dnnl::primitive_attr user_scratchpad() {
-  // Note: the scratchpad comes from tapegrad's block cache per call (user mode) instead of oneDNN's own
-  // allocation, so a steady-state step touches no fresh pages and concurrent calls never share one.
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
 }
 
 dnnl::convolution_forward::primitive_desc forward_desc(const Shapes& s, bool bias) {
@@ -179,58 +160,20 @@ std::shared_ptr<const Entry> build(const Key& key) {
   return entry;
 }
 
-// A least-recently-used map from Key to Entry, at most `capacity` entries.
-// Note: bounded because a program that sees many shapes (variable image sizes, a shape sweep) would otherwise
-// keep every primitive's JIT code alive; 128 covers a ResNet's distinct (shape, direction) pairs several times.
-class Cache {
- public:
-  static constexpr std::size_t capacity = 128;
-
-  std::shared_ptr<const Entry> get(const Key& key) {
-    {
-      std::lock_guard lock(mutex_);
-      if (auto found = map_.find(key); found != map_.end()) {
-        order_.splice(order_.begin(), order_, found->second.second);
-        return found->second.first;
-      }
-    }
-    // Note: built outside the lock (creating a primitive JIT-compiles, ~milliseconds); two threads that miss
-    // the same key both build, and the first insertion wins.
-    std::shared_ptr<const Entry> entry = build(key);
-    std::lock_guard lock(mutex_);
-    if (auto found = map_.find(key); found != map_.end()) return found->second.first;
-    order_.push_front(key);
-    map_.emplace(key, std::make_pair(entry, order_.begin()));
-    if (map_.size() > capacity) {
-      map_.erase(order_.back());
-      order_.pop_back();
-    }
-    return entry;
-  }
-
-  std::size_t size() {
-    std::lock_guard lock(mutex_);
-    return map_.size();
-  }
-
- private:
-  std::mutex mutex_;
-  std::list<Key> order_;  // most recently used first
-  std::unordered_map<Key, std::pair<std::shared_ptr<const Entry>, std::list<Key>::iterator>, KeyHash> map_;
-};
+// Note: 128 covers a ResNet's distinct (shape, direction) pairs several times.
+using Cache = LruCache<Key, Entry, KeyHash>;
 
 Cache& cache() {
-  static Cache instance;
+  static Cache instance(128);
   return instance;
 }
 
 // Runs the primitive of `key` on the user's plain buffers, given per argument in `pointers` (matching the
 // entry's operands by argument id): inputs reordered in, the primitive, outputs reordered out.
 void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers) {
-  const std::shared_ptr<const Entry> entry = cache().get(key);
+  const std::shared_ptr<const Entry> entry = cache().get(key, build);
   const dnnl::engine& engine = cpu_engine();
-  // Note: a stream per thread; oneDNN's CPU stream is in-order and executes synchronously with OpenMP.
-  thread_local dnnl::stream stream(engine);
+  dnnl::stream& stream = thread_stream();
   std::deque<Storage> buffers;  // a deque: Storage does not move
   const auto buffer = [&](const memory::desc& desc) {
     buffers.emplace_back(desc.get_size());
@@ -281,7 +224,7 @@ void guarded(const char* op, const ConvGeometry& g, F f) {
 }
 
 Key key(ConvDirection direction, const ConvGeometry& g, bool bias) {
-  return Key{direction, g, bias, omp_in_parallel() ? 1 : omp_get_max_threads()};
+  return Key{direction, g, bias, primitive_threads()};
 }
 
 }  // namespace
@@ -321,6 +264,6 @@ void weight_grad(const float* x, const float* grad_output, float* dw, float* db,
 }
 
 std::size_t cache_size() { return cache().size(); }
-std::size_t cache_capacity() { return Cache::capacity; }
+std::size_t cache_capacity() { return cache().capacity(); }
 
 }  // namespace tapegrad::kernels::onednn

@@ -1,12 +1,16 @@
-// The GEMM kernel: oneDNN's sgemm for float32, Eigen for float64.
+// The GEMM kernel: oneDNN for float32 (its matmul primitive or its sgemm, by the rule below), Eigen for float64.
 #include <tapegrad/framework/kernels/gemm.h>
 
 #include <Eigen/Core>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include <tapegrad/framework/error.h>
+#include <tapegrad/framework/kernels/matmul_onednn.h>
 
 namespace tapegrad::kernels {
 
@@ -19,12 +23,50 @@ void scale_only(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) 
     for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
 }
 
+// Note: TAPEGRAD_GEMM_PATH=sgemm or =matmul_primitive overrides the rule for every float32 product (read once),
+// so that one binary measures whole workloads on either path in the same run; an explicit path given to a kernel
+// still wins. Unset or empty, the rule decides.
+GemmPath environment_path() {
+  static const GemmPath path = [] {
+    const char* value = std::getenv("TAPEGRAD_GEMM_PATH");
+    const std::string_view name = value ? value : "";
+    if (name.empty()) return GemmPath::automatic;
+    if (name == "sgemm") return GemmPath::sgemm;
+    if (name == "matmul_primitive") return GemmPath::matmul_primitive;
+    fail("TAPEGRAD_GEMM_PATH must be sgemm or matmul_primitive (or unset), got '{}'", name);
+  }();
+  return path;
+}
+
+// The path a float32 op(A) op(B) of m rows takes (k > 0).
+// Note: the rule, measured on AVX-512 (bench/gemm_paths, 2026-12-06, 1 and 2 threads): for A B^T the primitive
+// is 0.99-1.30x sgemm's speed on one thread and 1.07-1.67x on two from 16 rows up, but 0.3-0.8x at 1-4 rows;
+// for A B and A^T B it is at best level with sgemm (0.5-1.1x), so those stay on sgemm, which needs no per-shape
+// primitive.
+GemmPath resolve(GemmPath path, bool transpose_a, bool transpose_b, std::int64_t m) {
+  if (path == GemmPath::automatic) path = environment_path();
+  if (path != GemmPath::automatic) return path;
+  return !transpose_a && transpose_b && m >= 16 ? GemmPath::matmul_primitive : GemmPath::sgemm;
+}
+
+template <class T>
+void linear_by_gemm(std::int64_t rows, std::int64_t out, std::int64_t in, const T* x, const T* w, const T* bias,
+                    T* y) {
+  if (bias)
+    for (std::int64_t r = 0; r < rows; ++r) std::copy(bias, bias + out, y + r * out);
+  gemm(false, true, rows, out, in, T(1), x, in, w, in, bias ? T(1) : T(0), y, out, GemmPath::sgemm);
+}
+
 }  // namespace
 
 void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
+          GemmPath path) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_only(m, n, beta, c, ldc);
+  if (alpha == 1.0f && beta == 0.0f && resolve(path, transpose_a, transpose_b, m) == GemmPath::matmul_primitive &&
+      onednn::matmul(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, nullptr, c, ldc))
+    return;
   const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda,
                                           b, ldb, beta, c, ldc);
   // Note: oneDNN only fails here on invalid arguments, which the ops' shape checks rule out: a failure is a
@@ -36,7 +78,7 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, st
 
 void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
           const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
-          std::int64_t ldc) {
+          std::int64_t ldc, GemmPath /*path: float64 has one*/) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_only(m, n, beta, c, ldc);
   using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -62,11 +104,29 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, st
     C.noalias() += alpha * (A.transpose() * B.transpose());
 }
 
+void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const float* x, const float* w, const float* bias,
+            float* y, GemmPath path) {
+  if (rows == 0 || out == 0) return;
+  if (in > 0 && resolve(path, false, true, rows) == GemmPath::matmul_primitive &&
+      onednn::matmul(false, true, rows, out, in, x, in, w, in, bias, y, out))
+    return;
+  linear_by_gemm(rows, out, in, x, w, bias, y);
+}
+
+void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const double* x, const double* w,
+            const double* bias, double* y, GemmPath /*path: float64 has one*/) {
+  if (rows == 0 || out == 0) return;
+  linear_by_gemm(rows, out, in, x, w, bias, y);
+}
+
+std::size_t gemm_cache_size() { return onednn::matmul_cache_size(); }
+std::size_t gemm_cache_capacity() { return onednn::matmul_cache_capacity(); }
+
 const char* gemm_backend(bool float64) {
   static const std::string onednn = [] {
     const dnnl_version_t* v = dnnl_version();
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
-           " sgemm";
+           " matmul and sgemm";
   }();
   static const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
                                    std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);

@@ -1,21 +1,40 @@
 #pragma once
 // Internal (not installed): the kernels layer's matrix product. Ops keep their shape checks and tape
 // records; this computes, and nothing above it knows which library does.
+#include <cstddef>
 #include <cstdint>
 
 namespace tapegrad::kernels {
+
+/// Who computes a float32 product: oneDNN's dnnl_sgemm, or a oneDNN matmul primitive (created per shape and
+/// cached; alpha 1 and beta 0 only, else sgemm). `automatic` is the measured rule in gemm.cpp. float64 ignores it.
+enum class GemmPath { automatic, sgemm, matmul_primitive };
 
 /// C = alpha * op(A) op(B) + beta * C over row-major matrices: op(A) is m x k, op(B) is k x n, C is m x n,
 /// with leading dimensions lda, ldb, ldc (the row strides of A, B and C as stored). float32 runs on oneDNN's
 /// sgemm, which picks its AVX2 / AVX-512 / AMX code from the CPU at run time; float64 on Eigen (oneDNN has
 /// no double GEMM). Threads: up to get_num_threads(), one inside an OpenMP parallel region.
 void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc);
+          const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
+          GemmPath path = GemmPath::automatic);
 void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
           const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
-          std::int64_t ldc);
+          std::int64_t ldc, GemmPath path = GemmPath::automatic);
 
-/// Which library computes each dtype's GEMM ("oneDNN 2.6.3 sgemm", "Eigen 3.4.0"), for benchmarks and docs.
+/// y = x W^T + bias, a Linear's forward over row-major matrices: x is rows x in, W is out x in, bias has out
+/// entries (or is null), y is rows x out. On the matmul primitive the bias is added in its epilogue; otherwise it
+/// is copied into y and the GEMM above accumulates onto it.
+void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const float* x, const float* w, const float* bias,
+            float* y, GemmPath path = GemmPath::automatic);
+void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const double* x, const double* w,
+            const double* bias, double* y, GemmPath path = GemmPath::automatic);
+
+/// The matmul-primitive cache: how many primitives it holds now, and the most it ever holds (least recently used
+/// evicted first). Primitives are keyed by transposes, extents, leading dimensions, bias and thread count.
+std::size_t gemm_cache_size();
+std::size_t gemm_cache_capacity();
+
+/// Which library computes each dtype's GEMM ("oneDNN 2.6.3 matmul and sgemm", "Eigen 3.4.0"), for benchmarks and docs.
 const char* gemm_backend(bool float64);
 
 }  // namespace tapegrad::kernels

@@ -192,15 +192,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   Tensor out = empty(out_shape, x.dtype());
   detail::dispatch_floating(x.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
-    // Note: the bias is written first and the GEMM accumulates onto it (beta = 1), so y is produced in one
-    // pass; one row copy per row.
-    T* y = out.data<T>();
-    if (bias.defined()) {
-      const T* b = bias.data<T>();
-      for (std::int64_t r = 0; r < rows; ++r) std::copy(b, b + out_features, y + r * out_features);
-    }
-    kernels::gemm(false, true, rows, out_features, in, T(1), x.data<T>(), in, weight.data<T>(), in,
-                  bias.defined() ? T(1) : T(0), y, out_features);
+    kernels::linear(rows, out_features, in, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                    out.data<T>());
   });
   return record_if_needed("linear", out, {x, weight, bias}, [&] {
     return [sx = SavedTensor(x, "linear"), sw = SavedTensor(weight, "linear"), rows, in, out_features](
