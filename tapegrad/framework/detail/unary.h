@@ -1,6 +1,7 @@
 #pragma once
 // Internal: a typed elementwise map producing a new tensor of the same shape and dtype.
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/tensor.h>
 
@@ -10,6 +11,18 @@ namespace tapegrad::detail {
 /// runs at the memory bandwidth of one core, and every core adds its own; run serially, it also leaves the
 /// other threads spinning at the next parallel region (a quarter of the 2-thread cnn profile).
 inline constexpr std::int64_t kElementwiseParallel = std::int64_t{1} << 16;
+
+/// body(i) for i in [0, n): one elementwise pass, vectorised, across the threads when long (kElementwiseParallel).
+template <class Body>
+void elementwise_for(std::int64_t n, Body body) {
+  if (use_threads(n, kElementwiseParallel)) {
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+  } else {
+#pragma omp simd
+    for (std::int64_t i = 0; i < n; ++i) body(i);
+  }
+}
 
 /// out[i] = f(x[i]) for float32/float64 tensors; `op` names the op in the dtype error.
 template <class F>
@@ -22,9 +35,7 @@ Tensor map_floating(const Tensor& x_in, const char* op, F f) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* o = out.data<T>();
-    const std::int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kElementwiseParallel)
-    for (std::int64_t i = 0; i < n; ++i) o[i] = f(in[i]);
+    elementwise_for(x.numel(), [&](std::int64_t i) { o[i] = f(in[i]); });
   });
   return out;
 }

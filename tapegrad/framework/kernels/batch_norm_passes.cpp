@@ -17,6 +17,7 @@
 #include <cmath>
 #include <vector>
 
+#include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
 
 namespace tapegrad::kernels {
@@ -32,13 +33,13 @@ using Doubles = std::vector<double>;
 // Runs per_channel(c) for every channel (S > 1) or per_block(c0, width) for blocks of channels (S == 1).
 template <class PerChannel, class PerBlock>
 void for_channels(const Layout& l, PerChannel per_channel, PerBlock per_block) {
+  const bool threaded = detail::use_threads(l.numel(), kParallelMin);
   if (l.s > 1 || l.c == 1) {
-#pragma omp parallel for schedule(static) if (l.numel() >= kParallelMin)
-    for (std::int64_t c = 0; c < l.c; ++c) per_channel(c);
+    detail::parallel_for(l.c, threaded, per_channel);
   } else {
     const std::int64_t blocks = (l.c + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (l.numel() >= kParallelMin)
-    for (std::int64_t b = 0; b < blocks; ++b) per_block(b * kBlock, std::min(kBlock, l.c - b * kBlock));
+    detail::parallel_for(blocks, threaded,
+                         [&](std::int64_t b) { per_block(b * kBlock, std::min(kBlock, l.c - b * kBlock)); });
   }
 }
 
@@ -199,16 +200,16 @@ bool use_sweep(const Layout& l) {
 // per-thread partial sums are merged afterwards in thread order (deterministic for a given thread count).
 template <class Begin, class Run>
 void sweep(const Layout& l, Begin begin, Run run) {
-  const int threads =
-      l.numel() >= kParallelMin ? std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(l.n))) : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int t = omp_get_thread_num(), count = omp_get_num_threads();
+  const auto part = [&](int t, int count) {
     begin(t, count);
     const std::int64_t first = l.n * t / count, last = l.n * (t + 1) / count;
     for (std::int64_t n = first; n < last; ++n)
       for (std::int64_t c = 0; c < l.c; ++c) run(t, c, (n * l.c + c) * l.s);
-  }
+  };
+  const int threads = std::min<int>(omp_get_max_threads(), static_cast<int>(l.n));
+  if (threads < 2 || !detail::use_threads(l.numel(), kParallelMin)) return part(0, 1);
+#pragma omp parallel num_threads(threads)
+  part(omp_get_thread_num(), omp_get_num_threads());
 }
 
 // dst = (src - shift) * scale + offset per channel, in memory order.

@@ -16,6 +16,7 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/parallel_loop.h>
 
 namespace tapegrad {
 
@@ -166,8 +167,8 @@ void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in
   // Note: in ceil mode the last 2x2 window may hang over the edge; the fast path needs all four taps.
   const bool two_by_two = kernel == IntPair(2) && stride == IntPair(2) && padding == IntPair(0) &&
                           dilation == IntPair(1) && 2 * g.oh <= in.h && 2 * g.ow <= in.w;
-#pragma omp parallel for schedule(static) if (in.count * out_plane * kernel.h * kernel.w >= kParallelWork)
-  for (std::int64_t p = 0; p < in.count; ++p) {
+  const bool threaded = detail::use_threads(in.count * out_plane * kernel.h * kernel.w, kParallelWork);
+  detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
     const T* src = x + p * in.h * in.w;
     for (std::int64_t oh = 0; oh < g.oh; ++oh) {
       if (two_by_two &&
@@ -204,7 +205,7 @@ void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in
         indices[p * out_plane + oh * g.ow + ow] = best_index;
       }
     }
-  }
+  });
 }
 
 Tensor gather_planes(const Tensor& x, const Tensor& indices);
@@ -220,9 +221,9 @@ Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Sha
     const T* g = grad.data<T>();
     const std::int64_t* index = indices.data<std::int64_t>();
     T* d = dx.data<T>();
-#pragma omp parallel for schedule(static) if (indices.numel() >= kParallelWork)
-    for (std::int64_t p = 0; p < in.count; ++p)
+    detail::parallel_for(in.count, detail::use_threads(indices.numel(), kParallelWork), [&](std::int64_t p) {
       for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) d[p * in.h * in.w + index[j]] += g[j];
+    });
   });
   return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
     return [saved = SavedTensor(indices, "max_pool2d_backward")](const Tensor& g, NeedsGrad) {
@@ -290,8 +291,7 @@ template <class T, class F>
 void for_each_window(const WindowPlan& plan, const Planes& in, F fn) {
   const std::int64_t oh = static_cast<std::int64_t>(plan.rows.start.size());
   const std::int64_t ow = static_cast<std::int64_t>(plan.cols.start.size());
-#pragma omp parallel for schedule(static) if (in.count * in.h * in.w >= kParallelWork)
-  for (std::int64_t p = 0; p < in.count; ++p)
+  detail::parallel_for(in.count, detail::use_threads(in.count * in.h * in.w, kParallelWork), [&](std::int64_t p) {
     for (std::int64_t i = 0; i < oh; ++i)
       for (std::int64_t j = 0; j < ow; ++j) {
         const std::int64_t rs = plan.rows.start[i], re = plan.rows.end[i];
@@ -299,6 +299,7 @@ void for_each_window(const WindowPlan& plan, const Planes& in, F fn) {
         const std::int64_t divisor = plan.rows.divisor[i] * plan.cols.divisor[j];
         fn(p * in.h * in.w, (p * oh + i) * ow + j, rs, re, cs, ce, divisor);
       }
+  });
 }
 
 Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op);

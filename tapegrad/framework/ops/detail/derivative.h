@@ -24,9 +24,7 @@ Tensor fused_backward(const Tensor& g_in, const Tensor& saved_in, const char* op
     const T* pg = g.data<T>();
     const T* ps = saved.data<T>();
     T* o = out.data<T>();
-    const std::int64_t n = g.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kElementwiseParallel)
-    for (std::int64_t i = 0; i < n; ++i) o[i] = combine(pg[i], ps[i]);
+    elementwise_for(g.numel(), [&](std::int64_t i) { o[i] = combine(pg[i], ps[i]); });
   });
   return out;
 }
