@@ -2,6 +2,8 @@
 // of each vectorise the inlined body for AVX-512, AVX2 and the baseline).
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
 
+#include <cmath>
+
 #include <tapegrad/framework/kernels/dispatch.h>
 
 namespace tapegrad::kernels {
@@ -131,5 +133,14 @@ TAPEGRAD_BATCH_NORM_RUNS(float)
 TAPEGRAD_BATCH_NORM_RUNS(double)
 
 #undef TAPEGRAD_BATCH_NORM_RUNS
+
+TAPEGRAD_DISPATCH void eval_coefficients(const double* var, const double* weight, double eps, std::int64_t channels,
+                                         double* invstd, double* scale) {
+#pragma omp simd
+  for (std::int64_t c = 0; c < channels; ++c) {
+    invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+    scale[c] = weight ? invstd[c] * weight[c] : invstd[c];
+  }
+}
 
 }  // namespace tapegrad::kernels

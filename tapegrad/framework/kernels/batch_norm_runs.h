@@ -48,4 +48,10 @@ void grad_input_row(const float* g, const float* x, float* dx, std::int64_t widt
 void grad_input_row(const double* g, const double* x, double* dx, std::int64_t width, const double* mean,
                     const double* a, const double* b, const double* d);
 
+/// invstd[c] = 1 / sqrt(var[c] + eps) and scale[c] = invstd[c] * weight[c] (weight 1 where null), c < channels: the
+/// eval coefficients. Note: dispatched because the per-channel square root and division, serial at the baseline,
+/// were 3% of a batch-1 inference step (two BatchNorm1d(512)); sqrt and division round exactly in every clone.
+void eval_coefficients(const double* var, const double* weight, double eps, std::int64_t channels, double* invstd,
+                       double* scale);
+
 }  // namespace tapegrad::kernels

@@ -1,12 +1,10 @@
 // Which path computes a convolution (the measured rule), and the dispatch to it.
 #include <tapegrad/framework/kernels/conv2d.h>
 
-#include <cstdlib>
-#include <string_view>
-
 #include <tapegrad/framework/error.h>
 #include <tapegrad/framework/kernels/conv2d_im2col.h>
 #include <tapegrad/framework/kernels/conv2d_onednn.h>
+#include <tapegrad/framework/kernels/environment_path.h>
 
 namespace tapegrad::kernels {
 
@@ -44,14 +42,8 @@ namespace {
 // that one binary measures whole workloads on either path in the same run (docs/performance.md); an explicit
 // path given to a kernel still wins. Unset or empty, the rule decides.
 ConvPath environment_path() {
-  static const ConvPath path = [] {
-    const char* value = std::getenv("TAPEGRAD_CONV_PATH");
-    const std::string_view name = value ? value : "";
-    if (name.empty()) return ConvPath::automatic;
-    if (name == "im2col") return ConvPath::im2col;
-    if (name == "onednn") return ConvPath::onednn;
-    fail("TAPEGRAD_CONV_PATH must be im2col or onednn (or unset), got '{}'", name);
-  }();
+  static const ConvPath path = path_from_environment(
+      "TAPEGRAD_CONV_PATH", ConvPath::automatic, {{"im2col", ConvPath::im2col}, {"onednn", ConvPath::onednn}});
   return path;
 }
 

@@ -5,11 +5,10 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 
 #include <tapegrad/framework/error.h>
+#include <tapegrad/framework/kernels/environment_path.h>
 #include <tapegrad/framework/kernels/matmul_onednn.h>
 
 namespace tapegrad::kernels {
@@ -27,14 +26,9 @@ void scale_only(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) 
 // so that one binary measures whole workloads on either path in the same run; an explicit path given to a kernel
 // still wins. Unset or empty, the rule decides.
 GemmPath environment_path() {
-  static const GemmPath path = [] {
-    const char* value = std::getenv("TAPEGRAD_GEMM_PATH");
-    const std::string_view name = value ? value : "";
-    if (name.empty()) return GemmPath::automatic;
-    if (name == "sgemm") return GemmPath::sgemm;
-    if (name == "matmul_primitive") return GemmPath::matmul_primitive;
-    fail("TAPEGRAD_GEMM_PATH must be sgemm or matmul_primitive (or unset), got '{}'", name);
-  }();
+  static const GemmPath path =
+      path_from_environment("TAPEGRAD_GEMM_PATH", GemmPath::automatic,
+                            {{"sgemm", GemmPath::sgemm}, {"matmul_primitive", GemmPath::matmul_primitive}});
   return path;
 }
 

@@ -10,6 +10,7 @@
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/kernels/batch_norm_passes.h>
+#include <tapegrad/framework/kernels/batch_norm_runs.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 
@@ -198,15 +199,13 @@ Tensor batch_norm_eval(const Tensor& input_in, const Tensor& mean_in, const Tens
     fail("{}: mean and var are treated as constants and must not require grad", op);
 
   const std::size_t channels = static_cast<std::size_t>(l.c);
-  const Doubles w = channel_values(weight, l.c, 1.0), b = channel_values(bias, l.c, 0.0), v = var.to_vector();
+  const Doubles b = channel_values(bias, l.c, 0.0), v = var.to_vector();
+  const Doubles w = weight.defined() ? weight.to_vector() : Doubles();
   // Note: the statistics are copied now, so a later running-statistics update cannot change this backward.
   auto m = std::make_shared<Doubles>(mean.to_vector());
   auto invstd = std::make_shared<Doubles>(channels);
   Doubles scale(channels);
-  for (std::size_t c = 0; c < channels; ++c) {
-    (*invstd)[c] = 1.0 / std::sqrt(v[c] + eps);
-    scale[c] = (*invstd)[c] * w[c];
-  }
+  kernels::eval_coefficients(v.data(), weight.defined() ? w.data() : nullptr, eps, l.c, invstd->data(), scale.data());
   Tensor out = empty(input.shape(), input.dtype());
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
