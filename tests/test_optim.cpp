@@ -373,3 +373,50 @@ TEST_CASE("Adam and SGD with momentum minimise a random convex quadratic") {
   CHECK(minimise(sgd, x_sgd, 1000) < 1e-9 * start);
 }
 
+
+// ---- long parameters: the chunked, threaded update ----
+
+TEST_CASE("a parameter longer than one chunk steps exactly as its pieces do, at 1 and 2 threads") {
+  // Note: the update runs in chunks (across threads from 65,536 elements); an element takes the same bits
+  // whichever chunk or thread updates it, so a long parameter must match its pieces stepped as separate
+  // short parameters (each under one chunk, on the calling thread).
+  const std::vector<std::int64_t> piece_sizes = {16384, 16383, 40000, 1, 30000, 2345};  // 105,113 in all
+  std::int64_t n = 0;
+  for (std::int64_t size : piece_sizes) n += size;
+  Generator generator(11);
+  const std::vector<double> start = randn({n}, generator).to_vector();
+  std::vector<std::vector<double>> grads;
+  for (int step = 0; step < 3; ++step) grads.push_back(randn({n}, generator).to_vector());
+  const TensorOptions f32_grad = TensorOptions{}.with_dtype(DType::Float32).with_requires_grad();
+  const int threads_before = get_num_threads();
+  const auto pieces_of = [&](const std::vector<double>& values) {
+    std::vector<Tensor> pieces;
+    std::int64_t offset = 0;
+    for (std::int64_t size : piece_sizes) {
+      pieces.push_back(from_vector(std::vector<double>(values.begin() + offset, values.begin() + offset + size), {size},
+                              f32_grad));
+      offset += size;
+    }
+    return pieces;
+  };
+  for (const std::string& name : all_cases) {
+    if (name.find("groups") != std::string::npos) continue;  // those cases take two parameters
+    for (int threads : {1, 2}) {
+      CAPTURE(name, threads);
+      set_num_threads(threads);
+      Tensor whole = from_vector(start, {n}, f32_grad);
+      std::vector<Tensor> pieces = pieces_of(start);
+      auto whole_optimizer = make_case(name, {whole});
+      auto pieces_optimizer = make_case(name, pieces);
+      for (const std::vector<double>& g : grads) {
+        whole.set_grad(from_vector(g, {n}, TensorOptions{}.with_dtype(DType::Float32)));
+        const std::vector<Tensor> piece_grads = pieces_of(g);
+        for (std::size_t i = 0; i < pieces.size(); ++i) pieces[i].set_grad(piece_grads[i].detach());
+        whole_optimizer->step();
+        pieces_optimizer->step();
+      }
+      CHECK(values_of({whole}) == values_of(pieces));
+    }
+  }
+  set_num_threads(threads_before);
+}

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/optim/detail/chunks.h>
 #include <tapegrad/optim/detail/kernel_flags.h>
 #include <tapegrad/optim/detail/python_float.h>
 
@@ -111,9 +112,14 @@ void Adam::update(const ParamGroup& group, Tensor& param, const Tensor& grad, Pa
     using T = decltype(tag);
     detail::with_flags(
         [&](auto maximize, auto decoupled, auto l2, auto ams) {
-          adam_kernel<T, decltype(maximize)::value, decltype(decoupled)::value, decltype(l2)::value,
-                      decltype(ams)::value>(param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(),
-                                            ams ? max_exp_avg_sq.data<T>() : nullptr, param.numel(), s);
+          T *p = param.data<T>(), *m = exp_avg.data<T>(), *v = exp_avg_sq.data<T>();
+          T* v_max = ams ? max_exp_avg_sq.data<T>() : nullptr;
+          const T* g = grad.data<T>();
+          detail::for_chunks(param.numel(), [&](std::int64_t begin, std::int64_t count) {
+            adam_kernel<T, decltype(maximize)::value, decltype(decoupled)::value, decltype(l2)::value,
+                        decltype(ams)::value>(p + begin, g + begin, m + begin, v + begin,
+                                              v_max ? v_max + begin : nullptr, count, s);
+          });
         },
         s.maximize, decoupled_, !decoupled_ && s.weight_decay != 0.0, amsgrad);
   });

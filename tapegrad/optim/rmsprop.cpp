@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/optim/detail/chunks.h>
 #include <tapegrad/optim/detail/kernel_flags.h>
 #include <tapegrad/optim/detail/python_float.h>
 
@@ -88,11 +89,18 @@ void RMSprop::update(const ParamGroup& group, Tensor& param, const Tensor& grad,
     using T = decltype(tag);
     detail::with_flags(
         [&](auto maximize, auto decay, auto is_centered, auto with_momentum) {
-          rmsprop_kernel<T, decltype(maximize)::value, decltype(decay)::value, decltype(is_centered)::value,
-                         decltype(with_momentum)::value>(
-              param.data<T>(), grad.data<T>(), square_avg.data<T>(), is_centered ? grad_avg.data<T>() : nullptr,
-              with_momentum ? buffer.data<T>() : nullptr, param.numel(), o.at("lr"), o.at("alpha"), o.at("eps"),
-              o.at("weight_decay"), momentum);
+          T *p = param.data<T>(), *square = square_avg.data<T>();
+          T* average = is_centered ? grad_avg.data<T>() : nullptr;
+          T* b = with_momentum ? buffer.data<T>() : nullptr;
+          const T* g = grad.data<T>();
+          const double lr = o.at("lr"), alpha = o.at("alpha"), eps = o.at("eps"), weight_decay = o.at("weight_decay");
+          detail::for_chunks(param.numel(), [&](std::int64_t begin, std::int64_t count) {
+            rmsprop_kernel<T, decltype(maximize)::value, decltype(decay)::value, decltype(is_centered)::value,
+                           decltype(with_momentum)::value>(p + begin, g + begin, square + begin,
+                                                           average ? average + begin : nullptr,
+                                                           b ? b + begin : nullptr, count, lr, alpha, eps,
+                                                           weight_decay, momentum);
+          });
         },
         o.at("maximize") != 0.0, o.at("weight_decay") != 0.0, centered, buffer.defined());
   });

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/optim/detail/chunks.h>
 #include <tapegrad/optim/detail/kernel_flags.h>
 #include <tapegrad/optim/detail/python_float.h>
 
@@ -74,10 +75,15 @@ void SGD::update(const ParamGroup& group, Tensor& param, const Tensor& grad, Par
     using T = decltype(tag);
     detail::with_flags(
         [&](auto maximize, auto decay, auto with_momentum, auto first, auto nesterov) {
-          sgd_kernel<T, decltype(maximize)::value, decltype(decay)::value, decltype(with_momentum)::value,
-                     decltype(first)::value, decltype(nesterov)::value>(
-              param.data<T>(), grad.data<T>(), with_momentum ? buffer.data<T>() : nullptr, param.numel(), o.at("lr"),
-              momentum, o.at("dampening"), o.at("weight_decay"));
+          T* p = param.data<T>();
+          const T* g = grad.data<T>();
+          T* b = with_momentum ? buffer.data<T>() : nullptr;
+          const double lr = o.at("lr"), dampening = o.at("dampening"), weight_decay = o.at("weight_decay");
+          detail::for_chunks(param.numel(), [&](std::int64_t begin, std::int64_t count) {
+            sgd_kernel<T, decltype(maximize)::value, decltype(decay)::value, decltype(with_momentum)::value,
+                       decltype(first)::value, decltype(nesterov)::value>(
+                p + begin, g + begin, b ? b + begin : nullptr, count, lr, momentum, dampening, weight_decay);
+          });
         },
         o.at("maximize") != 0.0, o.at("weight_decay") != 0.0, buffer.defined(), first_step, o.at("nesterov") != 0.0);
   });

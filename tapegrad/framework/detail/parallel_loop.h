@@ -4,6 +4,11 @@
 
 namespace tapegrad::detail {
 
+/// Elementwise passes at least this long are split across the OpenMP threads. Note: a pass over a big tensor
+/// runs at the memory bandwidth of one core, and every core adds its own; run serially, it also leaves the
+/// other threads spinning at the next parallel region (a quarter of the 2-thread cnn profile).
+inline constexpr std::int64_t kElementwiseParallel = std::int64_t{1} << 16;
+
 /// Whether a loop of `work` units, worth splitting from `threshold` units up, should run in an OpenMP parallel
 /// region: long enough, more than one thread allowed, and not already inside a region.
 /// Note: ask this instead of writing an if() clause on the pragma. libgomp enters a region whose if() is false,

@@ -7,11 +7,6 @@
 
 namespace tapegrad::detail {
 
-/// Elementwise passes at least this long are split across the OpenMP threads. Note: a pass over a big tensor
-/// runs at the memory bandwidth of one core, and every core adds its own; run serially, it also leaves the
-/// other threads spinning at the next parallel region (a quarter of the 2-thread cnn profile).
-inline constexpr std::int64_t kElementwiseParallel = std::int64_t{1} << 16;
-
 /// body(i) for i in [0, n): one elementwise pass, vectorised, across the threads when long (kElementwiseParallel).
 template <class Body>
 void elementwise_for(std::int64_t n, Body body) {
