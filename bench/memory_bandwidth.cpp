@@ -1,6 +1,7 @@
 // One core's memory bandwidth on buffers the size of bn_fwd_bwd's input ([64, 64, 28, 28] float32, 12.8 MB),
 // the floor under every memory-bound kernel: a read-only sum, a write-only fill, and a copy (read + write).
-// docs/performance.md divides BatchNorm's minimum traffic by these to bound what bn_fwd_bwd can reach.
+// docs/performance.md and docs/performance_history.md hold the memory-bound kernels (BatchNorm, ReLU, pooling)
+// against these.
 // Note: four buffers in turn, so no pass finds its data in the 32 MB L3 left by the previous one.
 #include <benchmark/benchmark.h>
 #include <Eigen/Core>

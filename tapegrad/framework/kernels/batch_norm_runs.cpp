@@ -2,6 +2,7 @@
 // of each vectorise the inlined body for AVX-512, AVX2 and the baseline).
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <tapegrad/framework/kernels/dispatch.h>
@@ -137,9 +138,12 @@ TAPEGRAD_BATCH_NORM_RUNS(double)
 TAPEGRAD_DISPATCH void eval_coefficients(const double* var, const double* weight, double eps, std::int64_t channels,
                                          double* invstd, double* scale) {
 #pragma omp simd
-  for (std::int64_t c = 0; c < channels; ++c) {
-    invstd[c] = 1.0 / std::sqrt(var[c] + eps);
-    scale[c] = weight ? invstd[c] * weight[c] : invstd[c];
+  for (std::int64_t c = 0; c < channels; ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+  if (weight) {
+#pragma omp simd
+    for (std::int64_t c = 0; c < channels; ++c) scale[c] = invstd[c] * weight[c];
+  } else {
+    std::copy(invstd, invstd + channels, scale);
   }
 }
 

@@ -9,7 +9,7 @@
 namespace tapegrad::kernels {
 
 // The rule, from bench/conv_layers (every layer of bench/compare's cnn and resnet at batch 64, both paths timed
-// interleaved in one run, CPU time per call; docs/performance.md has the table):
+// interleaved in one run, CPU time per call; docs/performance_history.md has the table):
 //   build/release/bench/conv_layers --threads 1 --reps 11
 // measured 2026-12-05 on the 2-core AMD EPYC (Zen 5, AVX-512) under load from other jobs (load average ~11).
 // oneDNN's direct kernels win on almost every layer and direction, 1.1-2.2x (cnn_conv2: forward 1.14x, input
