@@ -34,9 +34,9 @@ GemmPath environment_path() {
 
 // The path a float32 op(A) op(B) of m rows takes (k > 0).
 // Note: the rule, measured on AVX-512 (bench/gemm_paths, 2026-12-06, 1 and 2 threads): for A B^T the primitive
-// is 0.99-1.30x sgemm's speed on one thread and 1.07-1.67x on two from 16 rows up, but 0.3-0.8x at 1-4 rows;
-// for A B and A^T B it is at best level with sgemm (0.5-1.1x), so those stay on sgemm, which needs no per-shape
-// primitive.
+// is 0.99-1.30x sgemm's speed on one thread and 0.92-1.67x on two from 16 rows up (below 1.0x only for a
+// 10-column product), but 0.3-0.8x at 1-4 rows; for A B and A^T B it is at best level with sgemm (0.5-1.1x),
+// so those stay on sgemm, which needs no per-shape primitive.
 GemmPath resolve(GemmPath path, bool transpose_a, bool transpose_b, std::int64_t m) {
   if (path == GemmPath::automatic) path = environment_path();
   if (path != GemmPath::automatic) return path;

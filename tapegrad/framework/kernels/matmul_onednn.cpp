@@ -2,8 +2,9 @@
 // at run time (its brgemm kernels on AVX-512).
 //
 // Note: why a primitive and not only dnnl_sgemm: for A B^T, the product under every Linear forward, the primitive
-// is faster from 16 rows up (bench/gemm_paths: +9% at 1024x512x784 and +30% at 64x128x3136 on one thread, +7% to
-// +67% on two), and it adds the bias in its epilogue instead of a separate pass. It needs a primitive per shape
+// is as fast or faster from 16 rows up (bench/gemm_paths: +9% at 1024x512x784 and +30% at 64x128x3136 on one
+// thread, +7% to +67% on two; only a 10-column product was slower, 0.92x on two threads), and it adds the bias
+// in its epilogue instead of a separate pass. It needs a primitive per shape
 // (creating one JIT-compiles, 0.3-1.5 ms), hence the cache; kernels::gemm holds the rule for which products come
 // here.
 #include <tapegrad/framework/kernels/matmul_onednn.h>
@@ -71,7 +72,8 @@ std::shared_ptr<const Entry> build(const Key& key) {
   return entry;
 }
 
-// Note: 64 covers the three products of every Linear of a deep MLP, at a full and a last partial batch.
+// Note: 64 covers the forward product of every Linear of a deep MLP at a full and a last partial batch (the
+// backward products run on sgemm), with room for the x W^T matmuls beside them.
 using Cache = LruCache<Key, Entry, KeyHash>;
 
 Cache& cache() {
