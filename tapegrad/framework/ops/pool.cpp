@@ -17,6 +17,7 @@
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/parallel_loop.h>
+#include <tapegrad/framework/kernels/max_pool_2x2.h>
 
 namespace tapegrad {
 
@@ -24,6 +25,9 @@ namespace {
 
 // Below this many inner-loop steps a parallel region costs more than it saves.
 constexpr std::int64_t kParallelWork = 1 << 15;
+
+// kernels/max_pool_2x2 computes a window's taps as 32-bit offsets from its row pair.
+constexpr std::int64_t kMaxVectorWidth = std::int64_t{1} << 30;
 
 struct Planes {
   std::int64_t count, h, w;  // N*C planes of h x w
@@ -158,18 +162,34 @@ bool max_pool_2x2_row(const T* src, std::int64_t width, std::int64_t oh, std::in
   return saw_nan == 0;
 }
 
+// How the saved indices were made. Note: the disjoint 2x2 windows (kernel 2, stride 2, no padding, dilation 1, none
+// hanging over the edge) have a fast forward, and let the float32 gradient write each input position once, with no
+// zero fill first.
+enum class PoolWindows { general, disjoint_2x2 };
+
+PoolWindows windows_of(const Planes& in, const PoolGeometry& g, IntPair kernel, IntPair stride, IntPair padding,
+                       IntPair dilation) {
+  // Note: in ceil mode the last 2x2 window may hang over the edge; the fast paths need all four taps.
+  const bool two_by_two = kernel == IntPair(2) && stride == IntPair(2) && padding == IntPair(0) &&
+                          dilation == IntPair(1) && 2 * g.oh <= in.h && 2 * g.ow <= in.w;
+  return two_by_two ? PoolWindows::disjoint_2x2 : PoolWindows::general;
+}
+
 template <class T>
 void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in, const PoolGeometry& g,
-                     IntPair kernel, IntPair stride, IntPair padding, IntPair dilation) {
+                     IntPair kernel, IntPair stride, IntPair padding, IntPair dilation, PoolWindows windows) {
   const std::int64_t out_plane = g.oh * g.ow;
   const TapRange rows = valid_taps(in.h, g.oh, kernel.h, stride.h, padding.h, dilation.h);
   const TapRange cols = valid_taps(in.w, g.ow, kernel.w, stride.w, padding.w, dilation.w);
-  // Note: in ceil mode the last 2x2 window may hang over the edge; the fast path needs all four taps.
-  const bool two_by_two = kernel == IntPair(2) && stride == IntPair(2) && padding == IntPair(0) &&
-                          dilation == IntPair(1) && 2 * g.oh <= in.h && 2 * g.ow <= in.w;
+  const bool two_by_two = windows == PoolWindows::disjoint_2x2;
   const bool threaded = detail::use_threads(in.count * out_plane * kernel.h * kernel.w, kParallelWork);
   detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
     const T* src = x + p * in.h * in.w;
+    if constexpr (std::is_same_v<T, float>) {
+      if (two_by_two && in.w <= kMaxVectorWidth &&
+          kernels::max_pool_2x2_plane(src, in.w, g.oh, g.ow, out + p * out_plane, indices + p * out_plane))
+        return;
+    }
     for (std::int64_t oh = 0; oh < g.oh; ++oh) {
       if (two_by_two &&
           max_pool_2x2_row(src, in.w, oh, g.ow, out + p * out_plane + oh * g.ow, indices + p * out_plane + oh * g.ow))
@@ -208,32 +228,48 @@ void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in
   });
 }
 
-Tensor gather_planes(const Tensor& x, const Tensor& indices);
+Tensor gather_planes(const Tensor& x, const Tensor& indices, PoolWindows windows);
+
+Tensor record_scatter(Tensor dx, const Tensor& grad, const Tensor& indices, PoolWindows windows) {
+  return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d_backward"), windows](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{gather_planes(g, saved.get(), windows)};
+    };
+  });
+}
 
 // dx[plane][indices[plane][j]] += grad[plane][j]: the gradient of max pooling.
-Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Shape& input_shape) {
+Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Shape& input_shape, PoolWindows windows) {
   const Tensor grad = grad_in.contiguous(), indices = indices_in.contiguous();
   const Planes in = planes_of(input_shape);
-  const std::int64_t out_plane = indices.size(2) * indices.size(3);
+  const std::int64_t oh = indices.size(2), ow = indices.size(3), out_plane = oh * ow;
+  const bool threaded = detail::use_threads(indices.numel(), kParallelWork);
+  if (windows == PoolWindows::disjoint_2x2 && grad.dtype() == DType::Float32 && in.w <= kMaxVectorWidth) {
+    Tensor dx = empty(input_shape, DType::Float32);
+    const float* g = grad.data<float>();
+    const std::int64_t* index = indices.data<std::int64_t>();
+    float* d = dx.data<float>();
+    detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
+      kernels::max_pool_2x2_plane_backward(g + p * out_plane, index + p * out_plane, in.h, in.w, oh, ow,
+                                           d + p * in.h * in.w);
+    });
+    return record_scatter(std::move(dx), grad, indices, windows);
+  }
   Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
   detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* g = grad.data<T>();
     const std::int64_t* index = indices.data<std::int64_t>();
     T* d = dx.data<T>();
-    detail::parallel_for(in.count, detail::use_threads(indices.numel(), kParallelWork), [&](std::int64_t p) {
+    detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
       for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) d[p * in.h * in.w + index[j]] += g[j];
     });
   });
-  return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
-    return [saved = SavedTensor(indices, "max_pool2d_backward")](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{gather_planes(g, saved.get())};
-    };
-  });
+  return record_scatter(std::move(dx), grad, indices, windows);
 }
 
 // out[plane][j] = x[plane][indices[plane][j]]: the adjoint of scatter_planes.
-Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
+Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in, PoolWindows windows) {
   const Tensor x = x_in.contiguous(), indices = indices_in.contiguous();
   const Planes in = planes_of(x.shape());
   const std::int64_t out_plane = indices.size(2) * indices.size(3);
@@ -247,8 +283,9 @@ Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
       for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) o[j] = src[p * in.h * in.w + index[j]];
   });
   return record_if_needed("max_pool2d_gather", out, {x}, [&] {
-    return [saved = SavedTensor(indices, "max_pool2d_gather"), shape = x.shape()](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{scatter_planes(g, saved.get(), shape)};
+    return [saved = SavedTensor(indices, "max_pool2d_gather"), shape = x.shape(), windows](const Tensor& g,
+                                                                                          NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(g, saved.get(), shape, windows)};
     };
   });
 }
@@ -258,17 +295,19 @@ std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kerne
   const Tensor input = input_in.contiguous();
   const PoolGeometry g = check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
   const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};
+  const PoolWindows windows = windows_of(planes_of(input.shape()), g, kernel, stride, padding, dilation);
   Tensor indices = empty(out_shape, DType::Int64);
   Tensor out = detail::dispatch_floating(input.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     Tensor result = empty(out_shape, input.dtype());
     max_pool_kernel<T>(input.data<T>(), result.data<T>(), indices.data<std::int64_t>(), planes_of(input.shape()), g,
-                       kernel, stride, padding, dilation);
+                       kernel, stride, padding, dilation, windows);
     return result;
   });
   out = record_if_needed("max_pool2d", out, {input}, [&] {
-    return [saved = SavedTensor(indices, "max_pool2d"), shape = input.shape()](const Tensor& grad, NeedsGrad) {
-      return std::vector<Tensor>{scatter_planes(grad, saved.get(), shape)};
+    return [saved = SavedTensor(indices, "max_pool2d"), shape = input.shape(), windows](const Tensor& grad,
+                                                                                        NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(grad, saved.get(), shape, windows)};
     };
   });
   return {out, indices};
