@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -254,7 +255,13 @@ int main(int argc, char** argv) {
   bool ran = false;
   for (const auto& [name, run] : workloads) {
     if (!settings.workload.empty() && settings.workload != name) continue;
-    run();
+    // Note: a library error (a bad TAPEGRAD_GEMM_PATH, say) ends the run with its message, not an abort.
+    try {
+      run();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "compare: %s: %s\n", name, e.what());
+      return 1;
+    }
     ran = true;
   }
   if (!ran) {

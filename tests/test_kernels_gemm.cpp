@@ -3,10 +3,12 @@
 // rows, alpha and beta, empty dims, each float32 path forced and the automatic rule; the primitive cache's bound
 // and concurrent callers.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <tapegrad/framework/kernels/environment_path.h>
 #include <tapegrad/framework/kernels/gemm.h>
 #include "support/properties.h"
 
@@ -151,4 +153,24 @@ TEST_CASE("float64 GEMM (Eigen) matches the reference for every transpose, strid
 TEST_CASE("the backends are named") {
   CHECK(std::string(tapegrad::kernels::gemm_backend(false)).rfind("oneDNN", 0) == 0);
   CHECK(std::string(tapegrad::kernels::gemm_backend(true)).rfind("Eigen", 0) == 0);
+}
+
+// The reader behind TAPEGRAD_GEMM_PATH and TAPEGRAD_CONV_PATH (those two are read once per process, so the test
+// drives the shared reader through a variable of its own).
+TEST_CASE("a kernel path forced from the environment is read, defaulted, and rejected by name") {
+  enum class Path { automatic, first, second };
+  const char* variable = "TAPEGRAD_TEST_KERNEL_PATH";
+  auto read = [&] {
+    return tapegrad::kernels::path_from_environment(variable, Path::automatic,
+                                                    {{"first", Path::first}, {"second", Path::second}});
+  };
+  ::unsetenv(variable);
+  CHECK(read() == Path::automatic);
+  ::setenv(variable, "", 1);
+  CHECK(read() == Path::automatic);
+  ::setenv(variable, "second", 1);
+  CHECK(read() == Path::second);
+  ::setenv(variable, "bogus", 1);
+  CHECK_THROWS_WITH(read(), "TAPEGRAD_TEST_KERNEL_PATH must be first or second (or unset), got 'bogus'");
+  ::unsetenv(variable);
 }
