@@ -28,8 +28,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>

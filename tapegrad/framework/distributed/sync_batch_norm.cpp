@@ -8,6 +8,7 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/layers/sequential.h>
 
 namespace tapegrad::distributed {
@@ -47,6 +48,10 @@ Tensor channel_tensor(const Doubles& values, DType dtype) {
   return from_vector(values, {static_cast<std::int64_t>(values.size())}, TensorOptions{}.with_dtype(dtype));
 }
 
+// Whether the per-channel loops run across the OpenMP threads (detail::use_threads: not for a small batch, one
+// thread, or inside a region).
+bool threaded(const Layout& l) { return detail::use_threads(l.n * l.c * l.s, 32768); }
+
 // Calls fn(c, offset) for every run of S values of channel c, offset being the run's first element.
 template <class Fn>
 void for_runs(const Layout& l, std::int64_t c, Fn fn) {
@@ -57,8 +62,7 @@ void for_runs(const Layout& l, std::int64_t c, Fn fn) {
 template <class T>
 void local_moments(const T* x, const Layout& l, Doubles& mean, Doubles& m2) {
   const double count = static_cast<double>(l.per_channel());
-#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
-  for (std::int64_t c = 0; c < l.c; ++c) {
+  detail::parallel_for(l.c, threaded(l), [&](std::int64_t c) {
     double sum = 0, squares = 0;
     for_runs(l, c, [&](std::int64_t base) {
       for (std::int64_t s = 0; s < l.s; ++s) sum += static_cast<double>(x[base + s]);
@@ -72,26 +76,24 @@ void local_moments(const T* x, const Layout& l, Doubles& mean, Doubles& m2) {
     });
     mean[c] = m;
     m2[c] = squares;
-  }
+  });
 }
 
 // out = (x - mean) * scale + offset per channel.
 template <class T>
 void normalize(const T* x, const Layout& l, const Doubles& mean, const Doubles& scale, const Doubles& offset, T* out) {
-#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
-  for (std::int64_t c = 0; c < l.c; ++c) {
+  detail::parallel_for(l.c, threaded(l), [&](std::int64_t c) {
     const T m = static_cast<T>(mean[c]), k = static_cast<T>(scale[c]), b = static_cast<T>(offset[c]);
     for_runs(l, c, [&](std::int64_t base) {
       for (std::int64_t s = 0; s < l.s; ++s) out[base + s] = (x[base + s] - m) * k + b;
     });
-  }
+  });
 }
 
 // This rank's per-channel sum(g) and sum(g * (x - mean)).
 template <class T>
 void local_grad_sums(const T* g, const T* x, const Layout& l, const Doubles& mean, double* sum_g, double* sum_gxc) {
-#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
-  for (std::int64_t c = 0; c < l.c; ++c) {
+  detail::parallel_for(l.c, threaded(l), [&](std::int64_t c) {
     double a = 0, b = 0;
     for_runs(l, c, [&](std::int64_t base) {
       for (std::int64_t s = 0; s < l.s; ++s) {
@@ -102,15 +104,14 @@ void local_grad_sums(const T* g, const T* x, const Layout& l, const Doubles& mea
     });
     sum_g[c] = a;
     sum_gxc[c] = b;
-  }
+  });
 }
 
 // dx = weight * invstd * (g - sum_g / count - (x - mean) * invstd^2 * sum_gxc / count), global sums and count.
 template <class T>
 void grad_input(const T* g, const T* x, const Layout& l, const Doubles& weight, const Doubles& mean,
                 const Doubles& invstd, const double* sum_g, const double* sum_gxc, double count, T* dx) {
-#pragma omp parallel for schedule(static) if (l.n * l.c * l.s >= 32768)
-  for (std::int64_t c = 0; c < l.c; ++c) {
+  detail::parallel_for(l.c, threaded(l), [&](std::int64_t c) {
     const double a = weight[c] * invstd[c];
     const T ka = static_cast<T>(a), m = static_cast<T>(mean[c]);
     const T kb = static_cast<T>(-a * invstd[c] * invstd[c] * sum_gxc[c] / count);
@@ -118,7 +119,7 @@ void grad_input(const T* g, const T* x, const Layout& l, const Doubles& weight, 
     for_runs(l, c, [&](std::int64_t base) {
       for (std::int64_t s = 0; s < l.s; ++s) dx[base + s] = ka * g[base + s] + kb * (x[base + s] - m) + kd;
     });
-  }
+  });
 }
 
 template <class Fn>
