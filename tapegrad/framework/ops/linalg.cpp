@@ -2,14 +2,13 @@
 // also reads transposed and sliced views in place); both backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
 #include <tapegrad/framework/ops/linalg.h>
 
-#include <Eigen/Core>
-
 #include <algorithm>
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/kernels/column_sums.h>
 #include <tapegrad/framework/kernels/gemm.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
@@ -17,11 +16,6 @@
 namespace tapegrad {
 
 namespace {
-
-template <class T>
-using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ConstMap = Eigen::Map<const Matrix<T>>;
 
 // A handle on the same values with another shape that records nothing (for kernels and closures).
 Tensor raw_view(const Tensor& t, const Shape& shape) { return t.detach().reshape(shape); }
@@ -203,7 +197,6 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
       if (!is_grad_enabled()) {  // first order (the training hot path): three raw GEMMs / reductions
         detail::dispatch_floating(g.dtype(), "linear", [&](auto tag) {
           using T = decltype(tag);
-          ConstMap<T> G(g.data<T>(), rows, out_features);
           if (needs[0]) {  // dx = g W
             grads[0] = empty(input.shape(), g.dtype());
             kernels::gemm(false, false, rows, in, out_features, T(1), g.data<T>(), out_features, w.data<T>(), in,
@@ -216,7 +209,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
           }
           if (needs[2]) {
             grads[2] = empty({out_features}, g.dtype());
-            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(grads[2].data<T>(), out_features) = G.colwise().sum();
+            kernels::column_sums(rows, out_features, g.data<T>(), grads[2].data<T>());
           }
         });
       } else {  // create_graph: composed recorded ops, differentiable in g, x and W
