@@ -5,7 +5,9 @@
 #include <limits>
 
 #include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/ops/activation.h>
 #include <tapegrad/framework/ops/batch_norm.h>
+#include <tapegrad/framework/ops/detail/batch_norm_relu.h>
 
 namespace tapegrad::nn {
 
@@ -68,7 +70,11 @@ void BatchNormBase::after_load_state() {
   if (!loaded_frozen && options_.frozen) unfreeze();
 }
 
-Tensor BatchNormBase::forward(const Tensor& input) {
+Tensor BatchNormBase::forward(const Tensor& input) { return forward_impl(input, false); }
+
+Tensor BatchNormBase::forward_then_relu(const Tensor& input) { return forward_impl(input, true); }
+
+Tensor BatchNormBase::forward_impl(const Tensor& input, bool relu) {
   input.check_defined(type_name().c_str());
   check_rank(input);
   if (input.size(1) != options_.num_features)
@@ -89,10 +95,12 @@ Tensor BatchNormBase::forward(const Tensor& input) {
 
   if (input_observer_) {
     input_observer_(input);
-    return shaped(batch_norm_train(x, weight, bias, options_.eps).output);
+    const Tensor y = shaped(batch_norm_train(x, weight, bias, options_.eps).output);
+    return relu ? tapegrad::relu(y) : y;
   }
   if (!is_training() && options_.track_running_stats)
-    return shaped(batch_norm_eval(x, running_mean, running_var, weight, bias, options_.eps));
+    return shaped(relu ? detail::batch_norm_eval_relu(x, running_mean, running_var, weight, bias, options_.eps)
+                       : batch_norm_eval(x, running_mean, running_var, weight, bias, options_.eps));
   if (is_training() && options_.track_running_stats) {
     // Note: checked before anything is computed or recorded. The count may come from a file: a negative one
     // would make the cumulative factor negative or infinite, and the largest one cannot be incremented.
@@ -101,7 +109,8 @@ Tensor BatchNormBase::forward(const Tensor& input) {
       fail("{}: num_batches_tracked is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", type_name(),
            count);
   }
-  BatchNormTrainResult result = batch_norm_train(x, weight, bias, options_.eps);
+  BatchNormTrainResult result = relu ? detail::batch_norm_train_relu(x, weight, bias, options_.eps)
+                                     : batch_norm_train(x, weight, bias, options_.eps);
   if (is_training() && options_.track_running_stats) update_running_stats(result.mean, result.unbiased_var);
   return shaped(result.output);
 }

@@ -111,6 +111,12 @@ class BatchNormBase : public Module {
   void after_load_state() override;
 
  private:
+  // Note: Sequential runs a BatchNorm layer directly followed by a ReLU layer as forward_then_relu(): one pass
+  // and one tape record instead of two, the same values, gradients and running statistics (detail/batch_norm_relu).
+  friend class Sequential;
+  /// relu(forward(input)).
+  Tensor forward_then_relu(const Tensor& input);
+  Tensor forward_impl(const Tensor& input, bool relu);
   void update_running_stats(const Tensor& batch_mean, const Tensor& batch_unbiased_var);
   BatchNormOptions options_;
   Tensor frozen_flag_;

@@ -1,6 +1,11 @@
+// Sequential: children in order, and the one fusion it makes (a BatchNorm layer directly followed by a ReLU).
 #include <tapegrad/layers/sequential.h>
 
 #include <string>
+#include <typeinfo>
+
+#include <tapegrad/layers/activation.h>
+#include <tapegrad/layers/batch_norm.h>
 
 namespace tapegrad::nn {
 
@@ -38,9 +43,30 @@ void Sequential::fail_wrong_type(std::size_t index) const {
   fail("Sequential: module {} is a {}, not the requested type", index, modules_[index]->type_name());
 }
 
+namespace {
+
+// A BatchNorm layer whose next layer is a ReLU: Sequential runs the two as one op. Note: exact types only, so
+// that a subclass with its own forward() is always called.
+BatchNormBase* batch_norm_before_relu(Module& module, const Module& next) {
+  const std::type_info& type = typeid(module);
+  const bool batch_norm = type == typeid(BatchNorm1d) || type == typeid(BatchNorm2d) || type == typeid(BatchNorm3d);
+  return batch_norm && typeid(next) == typeid(ReLU) ? static_cast<BatchNormBase*>(&module) : nullptr;
+}
+
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& module : modules_) x = module->forward(x);
+  for (std::size_t i = 0; i < modules_.size(); ++i) {
+    if (i + 1 < modules_.size()) {
+      if (BatchNormBase* batch_norm = batch_norm_before_relu(*modules_[i], *modules_[i + 1])) {
+        x = batch_norm->forward_then_relu(x);
+        ++i;
+        continue;
+      }
+    }
+    x = modules_[i]->forward(x);
+  }
   return x;
 }
 

@@ -92,9 +92,9 @@ void moments_block(const T* x, const Layout& l, std::int64_t c0, std::int64_t wi
   for (std::int64_t j = 0; j < width; ++j) var_sum[j] = acc[j];
 }
 
-// dst = (src - shift) * scale + offset over channel c.
+// dst = (src - shift) * scale + offset over channel c, then ReLU when `relu`.
 template <class T>
-void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T scale, T offset, T* dst) {
+void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T scale, T offset, T* dst, bool relu) {
   for (std::int64_t n = 0; n < l.n; ++n) {
     const std::int64_t base = (n * l.c + c) * l.s;
     const T* p = src + base;
@@ -103,15 +103,22 @@ void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T sc
       prefetch_run(p + l.c * l.s, l.s);
       prefetch_run_for_write(q + l.c * l.s, l.s);
     }
-    kernels::affine(p, q, l.s, shift, scale, offset);
+    if (relu)
+      kernels::affine_relu(p, q, l.s, shift, scale, offset);
+    else
+      kernels::affine(p, q, l.s, shift, scale, offset);
   }
 }
 
 template <class T>
 void affine_block(const T* src, const Layout& l, std::int64_t c0, std::int64_t width, const T* shift, const T* scale,
-                  const T* offset, T* dst) {
-  for (std::int64_t n = 0; n < l.n; ++n)
-    kernels::affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
+                  const T* offset, T* dst, bool relu) {
+  for (std::int64_t n = 0; n < l.n; ++n) {
+    if (relu)
+      kernels::affine_row_relu(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
+    else
+      kernels::affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
+  }
 }
 
 // sum_g = sum(g), sum_gxc = sum(g * (x - mean)) over channel c.
@@ -212,14 +219,17 @@ void sweep(const Layout& l, Begin begin, Run run) {
   part(omp_get_thread_num(), omp_get_num_threads());
 }
 
-// dst = (src - shift) * scale + offset per channel, in memory order.
+// dst = (src - shift) * scale + offset per channel, then ReLU when `relu`, in memory order.
 template <class T>
 void affine_sweep(const T* src, const Layout& l, const std::vector<T>& shift, const std::vector<T>& scale,
-                  const std::vector<T>& offset, T* dst) {
+                  const std::vector<T>& offset, T* dst, bool relu) {
   sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t at) {
     const T* p = src + at;
     T* q = dst + at;
-    kernels::affine(p, q, l.s, shift[c], scale[c], offset[c]);
+    if (relu)
+      kernels::affine_relu(p, q, l.s, shift[c], scale[c], offset[c]);
+    else
+      kernels::affine(p, q, l.s, shift[c], scale[c], offset[c]);
   });
 }
 
@@ -251,7 +261,7 @@ struct Partials {
 // the normalisation.
 template <class T>
 void train_forward_sweep(const T* px, const Layout& l, const Doubles& weight, const Doubles& bias, double eps, T* py,
-                         Doubles& mean, Doubles& var_sum, Doubles& invstd) {
+                         Doubles& mean, Doubles& var_sum, Doubles& invstd, bool relu) {
   Doubles shift(static_cast<std::size_t>(l.c));
   for (std::int64_t c = 0; c < l.c; ++c) shift[c] = static_cast<double>(px[c * l.s]);
   Partials partials;
@@ -270,7 +280,7 @@ void train_forward_sweep(const T* px, const Layout& l, const Doubles& weight, co
     t_scale[c] = static_cast<T>(invstd[c] * weight[c]);
     t_offset[c] = static_cast<T>(bias[c]);
   }
-  affine_sweep(px, l, t_shift, t_scale, t_offset, py);
+  affine_sweep(px, l, t_shift, t_scale, t_offset, py, relu);
 }
 
 // The per-channel gradient sums in memory order.
@@ -293,8 +303,8 @@ void grad_sums_sweep(const T* pg, const T* px, const Layout& l, const Doubles& m
 
 template <class T>
 void batch_norm_train_forward(const T* px, const Layout& l, const Doubles& weight, const Doubles& bias, double eps,
-                              T* py, Doubles& mean, Doubles& var_sum, Doubles& invstd) {
-  if (use_sweep<T>(l)) return train_forward_sweep(px, l, weight, bias, eps, py, mean, var_sum, invstd);
+                              T* py, Doubles& mean, Doubles& var_sum, Doubles& invstd, bool relu) {
+  if (use_sweep<T>(l)) return train_forward_sweep(px, l, weight, bias, eps, py, mean, var_sum, invstd, relu);
   const double count = static_cast<double>(l.per_channel());
   auto finish = [&](std::int64_t c) { invstd[c] = 1.0 / std::sqrt(var_sum[c] / count + eps); };
   for_channels(
@@ -303,7 +313,7 @@ void batch_norm_train_forward(const T* px, const Layout& l, const Doubles& weigh
         moments_channel(px, l, c, mean[c], var_sum[c]);
         finish(c);
         affine_channel(px, l, c, static_cast<T>(mean[c]), static_cast<T>(invstd[c] * weight[c]),
-                       static_cast<T>(bias[c]), py);
+                       static_cast<T>(bias[c]), py, relu);
       },
       [&](std::int64_t c0, std::int64_t width) {
         moments_block(px, l, c0, width, mean.data() + c0, var_sum.data() + c0);
@@ -314,23 +324,23 @@ void batch_norm_train_forward(const T* px, const Layout& l, const Doubles& weigh
           scale[j] = static_cast<T>(invstd[c0 + j] * weight[c0 + j]);
           offset[j] = static_cast<T>(bias[c0 + j]);
         }
-        affine_block(px, l, c0, width, shift, scale, offset, py);
+        affine_block(px, l, c0, width, shift, scale, offset, py, relu);
       });
 }
 
 template <class T>
 void batch_norm_affine(const T* ps, const Layout& l, const Doubles& shift, const Doubles& scale, const Doubles& offset,
-                       T* po) {
+                       T* po, bool relu) {
   std::vector<T> t_shift(shift.begin(), shift.end()), t_scale(scale.begin(), scale.end()),
       t_offset(offset.begin(), offset.end());
   // Note: one elementwise pass and no reduction, so memory order wins at every size.
   if (l.s > 1 && l.n > 1) {
-    return affine_sweep(ps, l, t_shift, t_scale, t_offset, po);
+    return affine_sweep(ps, l, t_shift, t_scale, t_offset, po, relu);
   }
   for_channels(
-      l, [&](std::int64_t c) { affine_channel(ps, l, c, t_shift[c], t_scale[c], t_offset[c], po); },
+      l, [&](std::int64_t c) { affine_channel(ps, l, c, t_shift[c], t_scale[c], t_offset[c], po, relu); },
       [&](std::int64_t c0, std::int64_t width) {
-        affine_block(ps, l, c0, width, t_shift.data() + c0, t_scale.data() + c0, t_offset.data() + c0, po);
+        affine_block(ps, l, c0, width, t_shift.data() + c0, t_scale.data() + c0, t_offset.data() + c0, po, relu);
       });
 }
 
@@ -394,8 +404,9 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
 }
 #define TAPEGRAD_BATCH_NORM_PASSES(T)                                                                         \
   template void batch_norm_train_forward<T>(const T*, const Layout&, const Doubles&, const Doubles&, double, T*,  \
-                                            Doubles&, Doubles&, Doubles&);                                        \
-  template void batch_norm_affine<T>(const T*, const Layout&, const Doubles&, const Doubles&, const Doubles&, T*); \
+                                            Doubles&, Doubles&, Doubles&, bool);                                  \
+  template void batch_norm_affine<T>(const T*, const Layout&, const Doubles&, const Doubles&, const Doubles&, T*,  \
+                                     bool);                                                                       \
   template void batch_norm_grad_sums<T>(const T*, const T*, const Layout&, const Doubles&, Doubles&, Doubles&);    \
   template void batch_norm_train_backward<T>(const T*, const T*, const Layout&, const Doubles&, const Doubles&,    \
                                              const Doubles&, T*, Doubles&, Doubles&);

@@ -17,15 +17,18 @@ struct BatchNormLayout {
 
 /// Training forward: per channel, the batch mean, the sum of squared deviations and 1/sqrt(var + eps) (double),
 /// and y = (x - mean) * invstd * weight + bias, in one parallel sweep. `mean`, `var_sum`, `invstd` have C entries.
+/// With `relu`, y is relu'd as it is stored (BatchNorm followed by ReLU in one pass, the same bits).
 template <class T>
 void batch_norm_train_forward(const T* x, const BatchNormLayout& l, const std::vector<double>& weight,
                               const std::vector<double>& bias, double eps, T* y, std::vector<double>& mean,
-                              std::vector<double>& var_sum, std::vector<double>& invstd);
+                              std::vector<double>& var_sum, std::vector<double>& invstd, bool relu = false);
 
 /// out = (src - shift) * scale + offset per channel: the eval forward, and the eval dx (shift = offset = 0).
+/// With `relu`, out is relu'd as it is stored.
 template <class T>
 void batch_norm_affine(const T* src, const BatchNormLayout& l, const std::vector<double>& shift,
-                       const std::vector<double>& scale, const std::vector<double>& offset, T* out);
+                       const std::vector<double>& scale, const std::vector<double>& offset, T* out,
+                       bool relu = false);
 
 /// Per channel, sum(g) and sum(g * (x - mean)).
 template <class T>

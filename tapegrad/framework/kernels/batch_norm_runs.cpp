@@ -25,10 +25,18 @@ template <class T>
   squares_out += squares;
 }
 
-template <class T>
+// ReLU's rule, v <= 0 gives 0 (so a NaN stays NaN), applied to the affine value before it is stored: the same
+// bits as the affine pass followed by relu's own pass.
+template <bool Relu, class T>
+[[gnu::always_inline]] inline T maybe_relu(T v) {
+  if constexpr (Relu) return v <= T(0) ? T(0) : v;
+  return v;
+}
+
+template <bool Relu, class T>
 [[gnu::always_inline]] inline void affine_body(const T* p, T* q, std::int64_t n, T shift, T scale, T offset) {
 #pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) q[i] = (p[i] - shift) * scale + offset;
+  for (std::int64_t i = 0; i < n; ++i) q[i] = maybe_relu<Relu>((p[i] - shift) * scale + offset);
 }
 
 template <class T>
@@ -68,11 +76,11 @@ template <class T>
   }
 }
 
-template <class T>
+template <bool Relu, class T>
 [[gnu::always_inline]] inline void affine_row_body(const T* p, T* q, std::int64_t width, const T* shift,
                                                    const T* scale, const T* offset) {
 #pragma omp simd
-  for (std::int64_t j = 0; j < width; ++j) q[j] = (p[j] - shift[j]) * scale[j] + offset[j];
+  for (std::int64_t j = 0; j < width; ++j) q[j] = maybe_relu<Relu>((p[j] - shift[j]) * scale[j] + offset[j]);
 }
 
 template <class T>
@@ -101,7 +109,10 @@ template <class T>
     shifted_moments_body(p, n, x0, sum, squares);                                                                 \
   }                                                                                                               \
   TAPEGRAD_DISPATCH void affine(const T* p, T* q, std::int64_t n, T shift, T scale, T offset) {                   \
-    affine_body(p, q, n, shift, scale, offset);                                                                   \
+    affine_body<false>(p, q, n, shift, scale, offset);                                                            \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void affine_relu(const T* p, T* q, std::int64_t n, T shift, T scale, T offset) {              \
+    affine_body<true>(p, q, n, shift, scale, offset);                                                             \
   }                                                                                                               \
   TAPEGRAD_DISPATCH void grad_sums(const T* g, const T* x, std::int64_t n, double mean, double& sum_g,             \
                                    double& sum_gxc) {                                                             \
@@ -119,7 +130,11 @@ template <class T>
   }                                                                                                               \
   TAPEGRAD_DISPATCH void affine_row(const T* p, T* q, std::int64_t width, const T* shift, const T* scale,         \
                                     const T* offset) {                                                            \
-    affine_row_body(p, q, width, shift, scale, offset);                                                           \
+    affine_row_body<false>(p, q, width, shift, scale, offset);                                                    \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void affine_row_relu(const T* p, T* q, std::int64_t width, const T* shift, const T* scale,    \
+                                         const T* offset) {                                                       \
+    affine_row_body<true>(p, q, width, shift, scale, offset);                                                     \
   }                                                                                                               \
   TAPEGRAD_DISPATCH void grad_sums_row(const T* g, const T* x, std::int64_t width, const double* mean,            \
                                        double* sum_g, double* sum_gxc) {                                          \

@@ -14,6 +14,9 @@ void shifted_moments(const double* p, std::int64_t n, double x0, double& sum, do
 /// q[i] = (p[i] - shift) * scale + offset.
 void affine(const float* p, float* q, std::int64_t n, float shift, float scale, float offset);
 void affine(const double* p, double* q, std::int64_t n, double shift, double scale, double offset);
+/// q[i] = relu((p[i] - shift) * scale + offset): the same bits as affine() followed by relu.
+void affine_relu(const float* p, float* q, std::int64_t n, float shift, float scale, float offset);
+void affine_relu(const double* p, double* q, std::int64_t n, double shift, double scale, double offset);
 
 /// sum_g += sum(g[i]), sum_gxc += sum(g[i] * (x[i] - mean)).
 void grad_sums(const float* g, const float* x, std::int64_t n, double mean, double& sum_g, double& sum_gxc);
@@ -37,6 +40,11 @@ void affine_row(const float* p, float* q, std::int64_t width, const float* shift
                 const float* offset);
 void affine_row(const double* p, double* q, std::int64_t width, const double* shift, const double* scale,
                 const double* offset);
+/// q[j] = relu((p[j] - shift[j]) * scale[j] + offset[j]).
+void affine_row_relu(const float* p, float* q, std::int64_t width, const float* shift, const float* scale,
+                     const float* offset);
+void affine_row_relu(const double* p, double* q, std::int64_t width, const double* shift, const double* scale,
+                     const double* offset);
 /// sum_g[j] += g[j], sum_gxc[j] += g[j] * (x[j] - mean[j]).
 void grad_sums_row(const float* g, const float* x, std::int64_t width, const double* mean, double* sum_g,
                    double* sum_gxc);

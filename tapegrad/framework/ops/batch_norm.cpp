@@ -11,6 +11,9 @@
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/kernels/batch_norm_passes.h>
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
+#include <tapegrad/framework/ops/compare.h>
+#include <tapegrad/framework/ops/detail/batch_norm_relu.h>
+#include <tapegrad/framework/ops/detail/derivative.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 
@@ -122,12 +125,17 @@ void append_affine_grads(std::vector<Tensor>& out, NeedsGrad needs, bool has_wei
   if (has_bias) out.push_back(needs[out.size()] ? channel_tensor(sum_g, dtype) : Tensor());
 }
 
-}  // namespace
+// With a fused ReLU, the gradient reaching the BatchNorm: relu's backward rule on the fused output z (z > 0
+// exactly where the BatchNorm output was, and NaN where it was NaN), fused or, under create_graph, recorded.
+Tensor relu_gradient(const Tensor& g, const Tensor& z) {
+  if (is_grad_enabled()) return masked_fill(g, le(z, 0.0), 0.0);
+  return detail::keep_gradient_where(g, z, "relu", [](auto v) { return !(v <= decltype(v)(0)); });
+}
 
-BatchNormTrainResult batch_norm_train(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
-                                      double eps) {
+BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, double eps,
+                                   bool relu) {
   const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
-  const char* op = "batch_norm_train";
+  const char* op = relu ? "batch_norm_train_relu" : "batch_norm_train";
   const Layout l = check_input(input, op);
   check_channel_vector(weight, "weight", input, op);
   check_channel_vector(bias, "bias", input, op);
@@ -143,7 +151,7 @@ BatchNormTrainResult batch_norm_train(const Tensor& input_in, const Tensor& weig
   Tensor out = empty(input.shape(), input.dtype());
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::batch_norm_train_forward(input.data<T>(), l, w, b, eps, out.data<T>(), *mean, var_sum, *invstd);
+    kernels::batch_norm_train_forward(input.data<T>(), l, w, b, eps, out.data<T>(), *mean, var_sum, *invstd, relu);
   });
 
   Doubles biased(channels), unbiased(channels);
@@ -158,10 +166,12 @@ BatchNormTrainResult batch_norm_train(const Tensor& input_in, const Tensor& weig
   result.unbiased_var = channel_tensor(unbiased, input.dtype());
 
   const bool has_weight = weight.defined(), has_bias = bias.defined();
-  result.output = record_if_needed("batch_norm_train", out, differentiable_inputs(input, weight, bias), [&] {
-    return [sx = SavedTensor(input, "batch_norm_train"), sw = SavedTensor(weight, "batch_norm_train"), mean, invstd,
-            eps, l, has_weight, has_bias](const Tensor& g, NeedsGrad needs) {
+  result.output = record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op),
+            sz = SavedTensor(relu ? out.detach() : Tensor(), op), mean, invstd, eps, l, has_weight,
+            has_bias](const Tensor& g_out, NeedsGrad needs) {
       const Tensor& x = sx.get();
+      const Tensor g = sz.get().defined() ? relu_gradient(g_out, sz.get()) : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_train_backward(g, x, weight_now, eps, needs, has_weight, has_bias);
       // Note: without create_graph the fused kernel gives dx, dweight and dbias in one sweep; it is not
@@ -183,11 +193,11 @@ BatchNormTrainResult batch_norm_train(const Tensor& input_in, const Tensor& weig
   return result;
 }
 
-Tensor batch_norm_eval(const Tensor& input_in, const Tensor& mean_in, const Tensor& var_in, const Tensor& weight_in,
-                       const Tensor& bias_in, double eps) {
+Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor& var_in, const Tensor& weight_in,
+                    const Tensor& bias_in, double eps, bool relu) {
   const Tensor input = input_in.contiguous(), mean = mean_in.contiguous(), var = var_in.contiguous();
   const Tensor weight = weight_in.contiguous(), bias = bias_in.contiguous();
-  const char* op = "batch_norm_eval";
+  const char* op = relu ? "batch_norm_eval_relu" : "batch_norm_eval";
   const Layout l = check_input(input, op);
   mean.check_defined(op);
   var.check_defined(op);
@@ -209,14 +219,16 @@ Tensor batch_norm_eval(const Tensor& input_in, const Tensor& mean_in, const Tens
   Tensor out = empty(input.shape(), input.dtype());
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::batch_norm_affine(input.data<T>(), l, *m, scale, b, out.data<T>());
+    kernels::batch_norm_affine(input.data<T>(), l, *m, scale, b, out.data<T>(), relu);
   });
 
   const bool has_weight = weight.defined(), has_bias = bias.defined();
-  return record_if_needed("batch_norm_eval", out, differentiable_inputs(input, weight, bias), [&] {
-    return [sx = SavedTensor(input, "batch_norm_eval"), sw = SavedTensor(weight, "batch_norm_eval"), m, invstd, l,
-            has_weight, has_bias](const Tensor& g, NeedsGrad needs) {
+  return record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op),
+            sz = SavedTensor(relu ? out.detach() : Tensor(), op), m, invstd, l, has_weight,
+            has_bias](const Tensor& g_out, NeedsGrad needs) {
       const Tensor& x = sx.get();
+      const Tensor g = sz.get().defined() ? relu_gradient(g_out, sz.get()) : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_eval_backward(g, x, weight_now, *m, *invstd, needs, has_weight, has_bias);
       const std::size_t channels = static_cast<std::size_t>(l.c);
@@ -240,5 +252,29 @@ Tensor batch_norm_eval(const Tensor& input_in, const Tensor& mean_in, const Tens
     };
   });
 }
+
+}  // namespace
+
+BatchNormTrainResult batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+  return train_forward(input, weight, bias, eps, false);
+}
+
+Tensor batch_norm_eval(const Tensor& input, const Tensor& mean, const Tensor& var, const Tensor& weight,
+                       const Tensor& bias, double eps) {
+  return eval_forward(input, mean, var, weight, bias, eps, false);
+}
+
+namespace detail {
+
+BatchNormTrainResult batch_norm_train_relu(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps) {
+  return train_forward(input, weight, bias, eps, true);
+}
+
+Tensor batch_norm_eval_relu(const Tensor& input, const Tensor& mean, const Tensor& var, const Tensor& weight,
+                            const Tensor& bias, double eps) {
+  return eval_forward(input, mean, var, weight, bias, eps, true);
+}
+
+}  // namespace detail
 
 }  // namespace tapegrad
