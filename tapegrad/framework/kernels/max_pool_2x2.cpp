@@ -36,6 +36,22 @@ struct Chunk<4> {
   static constexpr Ints low_pairs = {0, 4, 1, 5}, high_pairs = {2, 6, 3, 7};
 };
 
+// Two vectors' lanes picked by a constant mask (lanes of `a` first, then of `b`). Note: GCC's __builtin_shuffle;
+// clang (the fuzz build) has no such builtin, and its __builtin_shufflevector wants the lanes as literal
+// arguments, so there it is a plain lane loop, correct and slower.
+#if defined(__clang__)
+template <class V, class I>
+inline V shuffle_lanes(const V& a, const V& b, const I& mask) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(a[0]));
+  V out;
+  for (int k = 0; k < lanes; ++k) out[k] = mask[k] < lanes ? a[mask[k]] : b[mask[k] - lanes];
+  return out;
+}
+#define TAPEGRAD_SHUFFLE(a, b, mask) shuffle_lanes(a, b, mask)
+#else
+#define TAPEGRAD_SHUFFLE(a, b, mask) __builtin_shuffle(a, b, mask)
+#endif
+
 // Note: vectors go through references, not return values: the baseline clone has no AVX registers, and GCC
 // warns that returning a 32-byte vector there has another ABI (-Wpsabi), even for an inlined helper.
 template <class V, class E>
@@ -63,8 +79,8 @@ template <int Lanes>
   load(t1, upper_row + Lanes);
   load(b0, lower_row);
   load(b1, lower_row + Lanes);
-  const F a = __builtin_shuffle(t0, t1, C::even), b = __builtin_shuffle(t0, t1, C::odd);
-  const F c = __builtin_shuffle(b0, b1, C::even), d = __builtin_shuffle(b0, b1, C::odd);
+  const F a = TAPEGRAD_SHUFFLE(t0, t1, C::even), b = TAPEGRAD_SHUFFLE(t0, t1, C::odd);
+  const F c = TAPEGRAD_SHUFFLE(b0, b1, C::even), d = TAPEGRAD_SHUFFLE(b0, b1, C::odd);
   // Note: the same selections as the scalar loop in ops/pool.cpp: the first maximum of each pair, then the
   // lower pair only if strictly greater. Comparisons give -1 (true) or 0 per lane.
   const I take_b = b > a, take_d = d > c;
@@ -94,10 +110,10 @@ template <int Lanes>
   const F a = tap == 0 ? grad : zero, b = tap == 1 ? grad : zero;
   const F c = tap == w ? grad : zero, d = tap == w + 1 ? grad : zero;
   float* upper_row = top + 2 * j0;
-  store(upper_row, __builtin_shuffle(a, b, C::low_pairs));
-  store(upper_row + Lanes, __builtin_shuffle(a, b, C::high_pairs));
-  store(upper_row + width, __builtin_shuffle(c, d, C::low_pairs));
-  store(upper_row + width + Lanes, __builtin_shuffle(c, d, C::high_pairs));
+  store(upper_row, TAPEGRAD_SHUFFLE(a, b, C::low_pairs));
+  store(upper_row + Lanes, TAPEGRAD_SHUFFLE(a, b, C::high_pairs));
+  store(upper_row + width, TAPEGRAD_SHUFFLE(c, d, C::low_pairs));
+  store(upper_row + width + Lanes, TAPEGRAD_SHUFFLE(c, d, C::high_pairs));
 }
 
 // Calls chunk(j0) for chunks of Lanes covering [0, count), the last one overlapping its neighbour; count >= Lanes.
@@ -173,3 +189,5 @@ void max_pool_2x2_plane_backward(const float* g, const std::int64_t* indices, st
 }
 
 }  // namespace tapegrad::kernels
+
+#undef TAPEGRAD_SHUFFLE
