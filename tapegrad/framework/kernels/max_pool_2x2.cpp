@@ -40,6 +40,9 @@ struct Chunk<4> {
 // clang (the fuzz build) has no such builtin, and its __builtin_shufflevector wants the lanes as literal
 // arguments, so there it is a plain lane loop, correct and slower.
 #if defined(__clang__)
+// Note: every vector helper here has internal linkage and is inlined into its caller, so the baseline-ABI change
+// clang warns about when a 32-byte vector is passed or returned without AVX (-Wpsabi) never reaches a boundary.
+#pragma clang diagnostic ignored "-Wpsabi"
 template <class V, class I>
 inline V shuffle_lanes(const V& a, const V& b, const I& mask) {
   constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(a[0]));
