@@ -92,6 +92,23 @@ void moments_block(const T* x, const Layout& l, std::int64_t c0, std::int64_t wi
   for (std::int64_t j = 0; j < width; ++j) var_sum[j] = acc[j];
 }
 
+// One run or one row of the affine map, with ReLU applied as it stores when `relu`.
+template <class T>
+void affine_run(const T* p, T* q, std::int64_t n, T shift, T scale, T offset, bool relu) {
+  if (relu)
+    kernels::affine_relu(p, q, n, shift, scale, offset);
+  else
+    kernels::affine(p, q, n, shift, scale, offset);
+}
+
+template <class T>
+void affine_row(const T* p, T* q, std::int64_t width, const T* shift, const T* scale, const T* offset, bool relu) {
+  if (relu)
+    kernels::affine_row_relu(p, q, width, shift, scale, offset);
+  else
+    kernels::affine_row(p, q, width, shift, scale, offset);
+}
+
 // dst = (src - shift) * scale + offset over channel c, then ReLU when `relu`.
 template <class T>
 void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T scale, T offset, T* dst, bool relu) {
@@ -103,22 +120,15 @@ void affine_channel(const T* src, const Layout& l, std::int64_t c, T shift, T sc
       prefetch_run(p + l.c * l.s, l.s);
       prefetch_run_for_write(q + l.c * l.s, l.s);
     }
-    if (relu)
-      kernels::affine_relu(p, q, l.s, shift, scale, offset);
-    else
-      kernels::affine(p, q, l.s, shift, scale, offset);
+    affine_run(p, q, l.s, shift, scale, offset, relu);
   }
 }
 
 template <class T>
 void affine_block(const T* src, const Layout& l, std::int64_t c0, std::int64_t width, const T* shift, const T* scale,
                   const T* offset, T* dst, bool relu) {
-  for (std::int64_t n = 0; n < l.n; ++n) {
-    if (relu)
-      kernels::affine_row_relu(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
-    else
-      kernels::affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset);
-  }
+  for (std::int64_t n = 0; n < l.n; ++n)
+    affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset, relu);
 }
 
 // sum_g = sum(g), sum_gxc = sum(g * (x - mean)) over channel c.
@@ -226,10 +236,7 @@ void affine_sweep(const T* src, const Layout& l, const std::vector<T>& shift, co
   sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t at) {
     const T* p = src + at;
     T* q = dst + at;
-    if (relu)
-      kernels::affine_relu(p, q, l.s, shift[c], scale[c], offset[c]);
-    else
-      kernels::affine(p, q, l.s, shift[c], scale[c], offset[c]);
+    affine_run(p, q, l.s, shift[c], scale[c], offset[c], relu);
   });
 }
 

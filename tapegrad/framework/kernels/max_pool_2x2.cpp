@@ -6,7 +6,6 @@
 #include <tapegrad/framework/kernels/max_pool_2x2.h>
 
 #include <cstring>
-#include <initializer_list>
 
 #include <tapegrad/framework/kernels/dispatch.h>
 
@@ -154,40 +153,20 @@ template <int Lanes>
 TAPEGRAD_DISPATCH
 bool max_pool_2x2_plane(const float* x, std::int64_t width, std::int64_t oh, std::int64_t ow, float* out,
                         std::int64_t* indices) {
-  if (ow >= 8) return pool_rows<8>(x, width, oh, ow, out, indices);
-  if (ow >= 4) return pool_rows<4>(x, width, oh, ow, out, indices);
-  bool nan = false;
-  for (std::int64_t i = 0; i < oh; ++i)
-    for (std::int64_t j = 0; j < ow; ++j) {
-      const std::int64_t top = 2 * i * width + 2 * j;
-      const float a = x[top], b = x[top + 1], c = x[top + width], d = x[top + width + 1];
-      nan |= (a != a) | (b != b) | (c != c) | (d != d);
-      const float upper = b > a ? b : a, lower = d > c ? d : c;
-      const bool take_lower = lower > upper;
-      out[i * ow + j] = take_lower ? lower : upper;
-      indices[i * ow + j] = take_lower ? top + width + (d > c) : top + (b > a);
-    }
-  return !nan;
+  return ow >= 8 ? pool_rows<8>(x, width, oh, ow, out, indices) : pool_rows<4>(x, width, oh, ow, out, indices);
 }
 
 TAPEGRAD_DISPATCH
 void max_pool_2x2_plane_backward(const float* g, const std::int64_t* indices, std::int64_t h, std::int64_t width,
                                  std::int64_t oh, std::int64_t ow, float* dx) {
-  if (ow >= 8) {
+  if (ow >= 8)
     unpool_rows<8>(g, indices, width, oh, ow, dx);
-  } else if (ow >= 4) {
+  else
     unpool_rows<4>(g, indices, width, oh, ow, dx);
-  } else {
-    for (std::int64_t i = 0; i < oh; ++i)
-      for (std::int64_t j = 0; j < ow; ++j) {
-        const std::int64_t top = 2 * i * width + 2 * j;
-        for (const std::int64_t tap : {top, top + 1, top + width, top + width + 1})
-          dx[tap] = indices[i * ow + j] == tap ? g[i * ow + j] : 0.0f;
-      }
-  }
   // What no window covers: a last column when width is odd (or the pool stops short), a last row likewise.
   if (2 * ow < width)
-    for (std::int64_t r = 0; r < 2 * oh; ++r) std::memset(dx + r * width + 2 * ow, 0, sizeof(float) * (width - 2 * ow));
+    for (std::int64_t r = 0; r < 2 * oh; ++r)
+      std::memset(dx + r * width + 2 * ow, 0, sizeof(float) * (width - 2 * ow));
   if (2 * oh < h) std::memset(dx + 2 * oh * width, 0, sizeof(float) * ((h - 2 * oh) * width));
 }
 

@@ -9,6 +9,7 @@
 #include <tapegrad/framework/detail/unary.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/detail/derivative.h>
+#include <tapegrad/framework/ops/detail/relu_backward.h>
 #include <tapegrad/framework/ops/elementwise.h>
 
 namespace tapegrad {
@@ -37,13 +38,19 @@ Tensor relu(const Tensor& x) {
   Tensor out = detail::map_floating(x, "relu", [](auto v) { return v <= decltype(v)(0) ? decltype(v)(0) : v; });
   return record_if_needed("relu", out, {x}, [&] {
     return [sx = SavedTensor(x, "relu")](const Tensor& g, NeedsGrad) {
-      // PyTorch's threshold_backward: g is kept where x > 0 or x is NaN and replaced by 0 where x <= 0, so an
-      // infinite g gives 0 there, not the NaN of g * 0.
-      if (is_grad_enabled()) return one(masked_fill(g, le(sx.get(), 0.0), 0.0));
-      return one(detail::keep_gradient_where(g, sx.get(), "relu", [](auto v) { return !(v <= decltype(v)(0)); }));
+      return one(detail::relu_backward(g, sx.get()));
     };
   });
 }
+
+namespace detail {
+
+Tensor relu_backward(const Tensor& g, const Tensor& values) {
+  if (is_grad_enabled()) return masked_fill(g, le(values, 0.0), 0.0);
+  return keep_gradient_where(g, values, "relu", [](auto v) { return !(v <= decltype(v)(0)); });
+}
+
+}  // namespace detail
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   Tensor out = detail::map_floating(x, "leaky_relu", [negative_slope](auto v) {

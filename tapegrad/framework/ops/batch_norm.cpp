@@ -11,9 +11,8 @@
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/kernels/batch_norm_passes.h>
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
-#include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/detail/batch_norm_relu.h>
-#include <tapegrad/framework/ops/detail/derivative.h>
+#include <tapegrad/framework/ops/detail/relu_backward.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 
@@ -125,13 +124,6 @@ void append_affine_grads(std::vector<Tensor>& out, NeedsGrad needs, bool has_wei
   if (has_bias) out.push_back(needs[out.size()] ? channel_tensor(sum_g, dtype) : Tensor());
 }
 
-// With a fused ReLU, the gradient reaching the BatchNorm: relu's backward rule on the fused output z (z > 0
-// exactly where the BatchNorm output was, and NaN where it was NaN), fused or, under create_graph, recorded.
-Tensor relu_gradient(const Tensor& g, const Tensor& z) {
-  if (is_grad_enabled()) return masked_fill(g, le(z, 0.0), 0.0);
-  return detail::keep_gradient_where(g, z, "relu", [](auto v) { return !(v <= decltype(v)(0)); });
-}
-
 BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, double eps,
                                    bool relu) {
   const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
@@ -171,7 +163,8 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
             sz = SavedTensor(relu ? out.detach() : Tensor(), op), mean, invstd, eps, l, has_weight,
             has_bias](const Tensor& g_out, NeedsGrad needs) {
       const Tensor& x = sx.get();
-      const Tensor g = sz.get().defined() ? relu_gradient(g_out, sz.get()) : g_out;
+      // Note: with a fused ReLU, its rule on the saved output (> 0 exactly where the BatchNorm output was).
+      const Tensor g = sz.get().defined() ? detail::relu_backward(g_out, sz.get()) : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_train_backward(g, x, weight_now, eps, needs, has_weight, has_bias);
       // Note: without create_graph the fused kernel gives dx, dweight and dbias in one sweep; it is not
@@ -228,7 +221,8 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
             sz = SavedTensor(relu ? out.detach() : Tensor(), op), m, invstd, l, has_weight,
             has_bias](const Tensor& g_out, NeedsGrad needs) {
       const Tensor& x = sx.get();
-      const Tensor g = sz.get().defined() ? relu_gradient(g_out, sz.get()) : g_out;
+      // Note: with a fused ReLU, its rule on the saved output (> 0 exactly where the BatchNorm output was).
+      const Tensor g = sz.get().defined() ? detail::relu_backward(g_out, sz.get()) : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_eval_backward(g, x, weight_now, *m, *invstd, needs, has_weight, has_bias);
       const std::size_t channels = static_cast<std::size_t>(l.c);

@@ -26,8 +26,9 @@ namespace {
 // Below this many inner-loop steps a parallel region costs more than it saves.
 constexpr std::int64_t kParallelWork = 1 << 15;
 
-// kernels/max_pool_2x2 computes a window's taps as 32-bit offsets from its row pair.
-constexpr std::int64_t kMaxVectorWidth = std::int64_t{1} << 30;
+// Whether the float32 kernels of kernels/max_pool_2x2 take a plane of disjoint 2x2 windows: rows of at least 4
+// windows (its narrowest chunk), and a width whose taps fit the 32-bit offsets it computes.
+bool vector_pool_fits(std::int64_t width, std::int64_t out_width) { return out_width >= 4 && width <= (1 << 30); }
 
 struct Planes {
   std::int64_t count, h, w;  // N*C planes of h x w
@@ -186,7 +187,7 @@ void max_pool_kernel(const T* x, T* out, std::int64_t* indices, const Planes& in
   detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
     const T* src = x + p * in.h * in.w;
     if constexpr (std::is_same_v<T, float>) {
-      if (two_by_two && in.w <= kMaxVectorWidth &&
+      if (two_by_two && vector_pool_fits(in.w, g.ow) &&
           kernels::max_pool_2x2_plane(src, in.w, g.oh, g.ow, out + p * out_plane, indices + p * out_plane))
         return;
     }
@@ -244,7 +245,7 @@ Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Sha
   const Planes in = planes_of(input_shape);
   const std::int64_t oh = indices.size(2), ow = indices.size(3), out_plane = oh * ow;
   const bool threaded = detail::use_threads(indices.numel(), kParallelWork);
-  if (windows == PoolWindows::disjoint_2x2 && grad.dtype() == DType::Float32 && in.w <= kMaxVectorWidth) {
+  if (windows == PoolWindows::disjoint_2x2 && grad.dtype() == DType::Float32 && vector_pool_fits(in.w, ow)) {
     Tensor dx = empty(input_shape, DType::Float32);
     const float* g = grad.data<float>();
     const std::int64_t* index = indices.data<std::int64_t>();
