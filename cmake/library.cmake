@@ -44,6 +44,10 @@ target_compile_definitions(tapegrad_objects PRIVATE tapegrad_EXPORTS)
 # comparison turned into a number (relu's derivative, max pool's selection) as a branch at the x86-64-v2
 # baseline instead of vectorising it; values are unchanged (no reassociation, unlike -ffast-math).
 target_compile_options(tapegrad_objects PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-fno-math-errno -fno-trapping-math>)
+# Note: BatchNorm's loops round every operation once (no FMA contraction): the fused BatchNorm+ReLU backward
+# recomputes ReLU's input and needs the forward's bits (framework/kernels/batch_norm_runs.cpp says why).
+set_source_files_properties(${PROJECT_SOURCE_DIR}/tapegrad/framework/kernels/batch_norm_runs.cpp
+                            PROPERTIES COMPILE_OPTIONS $<$<CXX_COMPILER_ID:GNU,Clang>:-ffp-contract=off>)
 if(TAPEGRAD_SANITIZE)
   # Note: the caching allocator (framework/storage.cpp) would hide a use after free from ASan.
   target_compile_definitions(tapegrad_objects PRIVATE TAPEGRAD_NO_CACHING_ALLOCATOR)

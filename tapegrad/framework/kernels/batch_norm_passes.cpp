@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include <tapegrad/framework/detail/parallel_loop.h>
@@ -131,10 +132,63 @@ void affine_block(const T* src, const Layout& l, std::int64_t c0, std::int64_t w
     affine_row(src + n * l.c + c0, dst + n * l.c + c0, width, shift, scale, offset, relu);
 }
 
+// The forward's ReLU input coefficients per channel, (x - shift) * scale + offset in T exactly as the forward
+// pass computed them, when the backward folds in ReLU's rule (see batch_norm_train_backward).
+template <class T>
+struct ReluMask {
+  std::vector<T> shift, scale, offset;
+  ReluMask(const Doubles& mean, const Doubles& invstd, const Doubles& weight, const Doubles& bias)
+      : shift(mean.size()), scale(mean.size()), offset(mean.size()) {
+    for (std::size_t c = 0; c < mean.size(); ++c) {
+      shift[c] = static_cast<T>(mean[c]);
+      scale[c] = static_cast<T>(invstd[c] * weight[c]);
+      offset[c] = static_cast<T>(bias[c]);
+    }
+  }
+};
+
+// One run or one row of the gradient kernels, masked by ReLU's rule when `mask` is not null.
+template <class T>
+void grad_sums_run(const T* g, const T* x, std::int64_t n, double mean, const ReluMask<T>* mask, std::int64_t c,
+                   double& sum_g, double& sum_gxc) {
+  if (mask)
+    kernels::grad_sums_relu(g, x, n, mean, mask->shift[c], mask->scale[c], mask->offset[c], sum_g, sum_gxc);
+  else
+    kernels::grad_sums(g, x, n, mean, sum_g, sum_gxc);
+}
+
+template <class T>
+void grad_input_run(const T* g, const T* x, T* dx, std::int64_t n, T mean, T a, T b, T d, const ReluMask<T>* mask,
+                    std::int64_t c) {
+  if (mask)
+    kernels::grad_input_relu(g, x, dx, n, mean, a, b, d, mask->scale[c], mask->offset[c]);
+  else
+    kernels::grad_input(g, x, dx, n, mean, a, b, d);
+}
+
+template <class T>
+void grad_sums_row_run(const T* g, const T* x, std::int64_t width, const double* mean, const ReluMask<T>* mask,
+                   std::int64_t c0, double* sum_g, double* sum_gxc) {
+  if (mask)
+    kernels::grad_sums_row_relu(g, x, width, mean, mask->shift.data() + c0, mask->scale.data() + c0,
+                                mask->offset.data() + c0, sum_g, sum_gxc);
+  else
+    kernels::grad_sums_row(g, x, width, mean, sum_g, sum_gxc);
+}
+
+template <class T>
+void grad_input_row_run(const T* g, const T* x, T* dx, std::int64_t width, const T* mean, const T* a, const T* b,
+                    const T* d, const ReluMask<T>* mask, std::int64_t c0) {
+  if (mask)
+    kernels::grad_input_row_relu(g, x, dx, width, mean, a, b, d, mask->scale.data() + c0, mask->offset.data() + c0);
+  else
+    kernels::grad_input_row(g, x, dx, width, mean, a, b, d);
+}
+
 // sum_g = sum(g), sum_gxc = sum(g * (x - mean)) over channel c.
 template <class T>
 void grad_sums_channel(const T* g, const T* x, const Layout& l, std::int64_t c, double mean, double& sum_g,
-                       double& sum_gxc) {
+                       double& sum_gxc, const ReluMask<T>* mask = nullptr) {
   double a = 0, b = 0;
   for (std::int64_t n = 0; n < l.n; ++n) {
     const std::int64_t base = (n * l.c + c) * l.s;
@@ -144,7 +198,7 @@ void grad_sums_channel(const T* g, const T* x, const Layout& l, std::int64_t c, 
       prefetch_run(pg + l.c * l.s, l.s);
       prefetch_run(px + l.c * l.s, l.s);
     }
-    kernels::grad_sums(pg, px, l.s, mean, a, b);
+    grad_sums_run(pg, px, l.s, mean, mask, c, a, b);
   }
   sum_g = a;
   sum_gxc = b;
@@ -152,9 +206,10 @@ void grad_sums_channel(const T* g, const T* x, const Layout& l, std::int64_t c, 
 
 template <class T>
 void grad_sums_block(const T* g, const T* x, const Layout& l, std::int64_t c0, std::int64_t width, const double* mean,
-                     double* sum_g, double* sum_gxc) {
+                     double* sum_g, double* sum_gxc, const ReluMask<T>* mask = nullptr) {
   double a[kBlock] = {}, b[kBlock] = {};
-  for (std::int64_t n = 0; n < l.n; ++n) kernels::grad_sums_row(g + n * l.c + c0, x + n * l.c + c0, width, mean, a, b);
+  for (std::int64_t n = 0; n < l.n; ++n)
+    grad_sums_row_run(g + n * l.c + c0, x + n * l.c + c0, width, mean, mask, c0, a, b);
   for (std::int64_t j = 0; j < width; ++j) {
     sum_g[j] = a[j];
     sum_gxc[j] = b[j];
@@ -163,7 +218,8 @@ void grad_sums_block(const T* g, const T* x, const Layout& l, std::int64_t c0, s
 
 // Training dx = a*g + b*(x - mean) + d over channel c (coefficients from train_coefficients).
 template <class T>
-void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c, T mean, T a, T b, T d, T* dx) {
+void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c, T mean, T a, T b, T d, T* dx,
+                        const ReluMask<T>* mask) {
   for (std::int64_t n = 0; n < l.n; ++n) {
     const std::int64_t base = (n * l.c + c) * l.s;
     const T* pg = g + base;
@@ -174,16 +230,16 @@ void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c,
       prefetch_run(px + l.c * l.s, l.s);
       prefetch_run_for_write(q + l.c * l.s, l.s);
     }
-    kernels::grad_input(pg, px, q, l.s, mean, a, b, d);
+    grad_input_run(pg, px, q, l.s, mean, a, b, d, mask, c);
   }
 }
 
 template <class T>
 void grad_input_block(const T* g, const T* x, const Layout& l, std::int64_t c0, std::int64_t width, const T* mean,
-                      const T* a, const T* b, const T* d, T* dx) {
+                      const T* a, const T* b, const T* d, T* dx, const ReluMask<T>* mask) {
   for (std::int64_t n = 0; n < l.n; ++n) {
     const std::int64_t base = n * l.c + c0;
-    kernels::grad_input_row(g + base, x + base, dx + base, width, mean, a, b, d);
+    grad_input_row_run(g + base, x + base, dx + base, width, mean, a, b, d, mask, c0);
   }
 }
 
@@ -292,11 +348,12 @@ void train_forward_sweep(const T* px, const Layout& l, const Doubles& weight, co
 
 // The per-channel gradient sums in memory order.
 template <class T>
-void grad_sums_sweep(const T* pg, const T* px, const Layout& l, const Doubles& mean, Doubles& sum_g, Doubles& sum_gxc) {
+void grad_sums_sweep(const T* pg, const T* px, const Layout& l, const Doubles& mean, Doubles& sum_g, Doubles& sum_gxc,
+                     const ReluMask<T>* mask = nullptr) {
   Partials partials;
   sweep(l, [&](int t, int count) { partials.prepare(t, count, l.c); },
         [&](int t, std::int64_t c, std::int64_t offset) {
-          kernels::grad_sums(pg + offset, px + offset, l.s, mean[c], partials.first[t][c], partials.second[t][c]);
+          grad_sums_run(pg + offset, px + offset, l.s, mean[c], mask, c, partials.first[t][c], partials.second[t][c]);
         });
   for (std::int64_t c = 0; c < l.c; ++c) {
     sum_g[c] = partials.total_first(c);
@@ -366,11 +423,17 @@ void batch_norm_grad_sums(const T* pg, const T* px, const Layout& l, const Doubl
 
 template <class T>
 void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const Doubles& weight, const Doubles& mean,
-                               const Doubles& invstd, T* pdx, Doubles& sum_g, Doubles& sum_gxc) {
+                               const Doubles& invstd, T* pdx, Doubles& sum_g, Doubles& sum_gxc,
+                               const Doubles* relu_bias) {
   const bool want_dx = pdx != nullptr;
   const double count = static_cast<double>(l.per_channel());
+  // Note: ReLU's rule is applied to g inside both passes, on ReLU's input recomputed from x: no masked copy of
+  // g is written and read back, and the forward's output need not be kept.
+  std::optional<ReluMask<T>> relu_mask;
+  if (relu_bias) relu_mask.emplace(mean, invstd, weight, *relu_bias);
+  const ReluMask<T>* mask = relu_mask ? &*relu_mask : nullptr;
   if (use_sweep<T>(l)) {
-    grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc);
+    grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc, mask);
     if (!want_dx) return;
     std::vector<T> m(static_cast<std::size_t>(l.c)), a(m.size()), b(m.size()), d(m.size());
     for (std::int64_t c = 0; c < l.c; ++c) {
@@ -381,21 +444,21 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
       d[c] = static_cast<T>(k.d);
     }
     sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t offset) {
-      kernels::grad_input(pg + offset, px + offset, pdx + offset, l.s, m[c], a[c], b[c], d[c]);
+      grad_input_run(pg + offset, px + offset, pdx + offset, l.s, m[c], a[c], b[c], d[c], mask, c);
     });
     return;
   }
   for_channels(
       l,
       [&](std::int64_t c) {
-        grad_sums_channel(pg, px, l, c, mean[c], sum_g[c], sum_gxc[c]);
+        grad_sums_channel(pg, px, l, c, mean[c], sum_g[c], sum_gxc[c], mask);
         if (!want_dx) return;
         const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
         grad_input_channel(pg, px, l, c, static_cast<T>(mean[c]), static_cast<T>(k.a), static_cast<T>(k.b),
-                           static_cast<T>(k.d), pdx);
+                           static_cast<T>(k.d), pdx, mask);
       },
       [&](std::int64_t c0, std::int64_t width) {
-        grad_sums_block(pg, px, l, c0, width, mean.data() + c0, sum_g.data() + c0, sum_gxc.data() + c0);
+        grad_sums_block(pg, px, l, c0, width, mean.data() + c0, sum_g.data() + c0, sum_gxc.data() + c0, mask);
         if (!want_dx) return;
         T m[kBlock], a[kBlock], b[kBlock], d[kBlock];
         for (std::int64_t j = 0; j < width; ++j) {
@@ -406,7 +469,7 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
           b[j] = static_cast<T>(k.b);
           d[j] = static_cast<T>(k.d);
         }
-        grad_input_block(pg, px, l, c0, width, m, a, b, d, pdx);
+        grad_input_block(pg, px, l, c0, width, m, a, b, d, pdx, mask);
       });
 }
 #define TAPEGRAD_BATCH_NORM_PASSES(T)                                                                         \
@@ -416,7 +479,7 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
                                      bool);                                                                       \
   template void batch_norm_grad_sums<T>(const T*, const T*, const Layout&, const Doubles&, Doubles&, Doubles&);    \
   template void batch_norm_train_backward<T>(const T*, const T*, const Layout&, const Doubles&, const Doubles&,    \
-                                             const Doubles&, T*, Doubles&, Doubles&);
+                                             const Doubles&, T*, Doubles&, Doubles&, const Doubles*);
 TAPEGRAD_BATCH_NORM_PASSES(float)
 TAPEGRAD_BATCH_NORM_PASSES(double)
 #undef TAPEGRAD_BATCH_NORM_PASSES

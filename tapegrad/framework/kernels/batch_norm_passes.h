@@ -36,9 +36,12 @@ void batch_norm_grad_sums(const T* g, const T* x, const BatchNormLayout& l, cons
                           std::vector<double>& sum_g, std::vector<double>& sum_gxc);
 
 /// The raw training backward: the gradient sums and, unless `dx` is null, dx, per channel in one parallel sweep.
+/// With `relu_bias` (the forward's bias values), the forward was BatchNorm followed by ReLU and g is the gradient
+/// of the ReLU's output: ReLU's rule is applied on the way, from ReLU's input recomputed from x.
 template <class T>
 void batch_norm_train_backward(const T* g, const T* x, const BatchNormLayout& l, const std::vector<double>& weight,
                                const std::vector<double>& mean, const std::vector<double>& invstd, T* dx,
-                               std::vector<double>& sum_g, std::vector<double>& sum_gxc);
+                               std::vector<double>& sum_g, std::vector<double>& sum_gxc,
+                               const std::vector<double>* relu_bias = nullptr);
 
 }  // namespace tapegrad::kernels

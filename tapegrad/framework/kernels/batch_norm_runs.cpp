@@ -1,5 +1,11 @@
 // BatchNorm's innermost loops: one generic body each, and a dispatched copy per element type (the clones
 // of each vectorise the inlined body for AVX-512, AVX2 and the baseline).
+//
+// Note: this file is compiled with -ffp-contract=off (cmake/library.cmake). The backward of BatchNorm followed
+// by ReLU recomputes ReLU's input (x - shift) * scale + offset instead of saving the output, and its mask is
+// ReLU's only if every recomputation rounds as the forward did; with contraction, whether an expression becomes
+// an FMA is the compiler's choice per loop and per clone. Without it every operation rounds once, in every
+// clone, and the affine outputs have the same bits on every CPU.
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
 
 #include <algorithm>
@@ -33,19 +39,29 @@ template <bool Relu, class T>
   return v;
 }
 
+// g where the forward's ReLU input (x - shift) * scale + offset is > 0 or NaN, else 0: relu's backward rule
+// (detail::relu_backward) on a recomputed input. The expression is affine_body's, in the same file, without
+// contraction, so it rounds as the forward did.
+template <bool Relu, class T>
+[[gnu::always_inline]] inline T relu_gradient(T g, T x, T shift, T scale, T offset) {
+  if constexpr (Relu) return (x - shift) * scale + offset <= T(0) ? T(0) : g;
+  return g;
+}
+
 template <bool Relu, class T>
 [[gnu::always_inline]] inline void affine_body(const T* p, T* q, std::int64_t n, T shift, T scale, T offset) {
 #pragma omp simd
   for (std::int64_t i = 0; i < n; ++i) q[i] = maybe_relu<Relu>((p[i] - shift) * scale + offset);
 }
 
-template <class T>
+template <bool Relu, class T>
 [[gnu::always_inline]] inline void grad_sums_body(const T* g, const T* x, std::int64_t n, double mean,
-                                                  double& sum_g_out, double& sum_gxc_out) {
+                                                  double& sum_g_out, double& sum_gxc_out, T shift = 0, T scale = 0,
+                                                  T offset = 0) {
   double a = 0, b = 0;
 #pragma omp simd reduction(+ : a, b)
   for (std::int64_t i = 0; i < n; ++i) {
-    const double gv = static_cast<double>(g[i]);
+    const double gv = static_cast<double>(relu_gradient<Relu>(g[i], x[i], shift, scale, offset));
     a += gv;
     b += gv * (static_cast<double>(x[i]) - mean);
   }
@@ -53,11 +69,12 @@ template <class T>
   sum_gxc_out += b;
 }
 
-template <class T>
+template <bool Relu, class T>
 [[gnu::always_inline]] inline void grad_input_body(const T* g, const T* x, T* dx, std::int64_t n, T mean, T a, T b,
-                                                   T d) {
+                                                   T d, T scale = 0, T offset = 0) {
 #pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) dx[i] = a * g[i] + b * (x[i] - mean) + d;
+  for (std::int64_t i = 0; i < n; ++i)
+    dx[i] = a * relu_gradient<Relu>(g[i], x[i], mean, scale, offset) + b * (x[i] - mean) + d;
 }
 
 template <class T>
@@ -83,22 +100,30 @@ template <bool Relu, class T>
   for (std::int64_t j = 0; j < width; ++j) q[j] = maybe_relu<Relu>((p[j] - shift[j]) * scale[j] + offset[j]);
 }
 
-template <class T>
+template <bool Relu, class T>
 [[gnu::always_inline]] inline void grad_sums_row_body(const T* g, const T* x, std::int64_t width, const double* mean,
-                                                      double* sum_g, double* sum_gxc) {
+                                                      double* sum_g, double* sum_gxc, const T* shift = nullptr,
+                                                      const T* scale = nullptr, const T* offset = nullptr) {
 #pragma omp simd
   for (std::int64_t j = 0; j < width; ++j) {
-    const double gv = static_cast<double>(g[j]);
+    T masked = g[j];
+    if constexpr (Relu) masked = relu_gradient<true>(g[j], x[j], shift[j], scale[j], offset[j]);
+    const double gv = static_cast<double>(masked);
     sum_g[j] += gv;
     sum_gxc[j] += gv * (static_cast<double>(x[j]) - mean[j]);
   }
 }
 
-template <class T>
+template <bool Relu, class T>
 [[gnu::always_inline]] inline void grad_input_row_body(const T* g, const T* x, T* dx, std::int64_t width,
-                                                       const T* mean, const T* a, const T* b, const T* d) {
+                                                       const T* mean, const T* a, const T* b, const T* d,
+                                                       const T* scale = nullptr, const T* offset = nullptr) {
 #pragma omp simd
-  for (std::int64_t j = 0; j < width; ++j) dx[j] = a[j] * g[j] + b[j] * (x[j] - mean[j]) + d[j];
+  for (std::int64_t j = 0; j < width; ++j) {
+    T gv = g[j];
+    if constexpr (Relu) gv = relu_gradient<true>(g[j], x[j], mean[j], scale[j], offset[j]);
+    dx[j] = a[j] * gv + b[j] * (x[j] - mean[j]) + d[j];
+  }
 }
 
 }  // namespace
@@ -116,10 +141,18 @@ template <class T>
   }                                                                                                               \
   TAPEGRAD_DISPATCH void grad_sums(const T* g, const T* x, std::int64_t n, double mean, double& sum_g,             \
                                    double& sum_gxc) {                                                             \
-    grad_sums_body(g, x, n, mean, sum_g, sum_gxc);                                                                \
+    grad_sums_body<false>(g, x, n, mean, sum_g, sum_gxc);                                                         \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_sums_relu(const T* g, const T* x, std::int64_t n, double mean, T shift, T scale,     \
+                                        T offset, double& sum_g, double& sum_gxc) {                               \
+    grad_sums_body<true>(g, x, n, mean, sum_g, sum_gxc, shift, scale, offset);                                    \
   }                                                                                                               \
   TAPEGRAD_DISPATCH void grad_input(const T* g, const T* x, T* dx, std::int64_t n, T mean, T a, T b, T d) {       \
-    grad_input_body(g, x, dx, n, mean, a, b, d);                                                                  \
+    grad_input_body<false>(g, x, dx, n, mean, a, b, d);                                                           \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_input_relu(const T* g, const T* x, T* dx, std::int64_t n, T mean, T a, T b, T d,     \
+                                         T scale, T offset) {                                                     \
+    grad_input_body<true>(g, x, dx, n, mean, a, b, d, scale, offset);                                             \
   }                                                                                                               \
   TAPEGRAD_DISPATCH void accumulate_row(const T* row, std::int64_t width, double* acc) {                          \
     accumulate_row_body(row, width, acc);                                                                         \
@@ -138,11 +171,21 @@ template <class T>
   }                                                                                                               \
   TAPEGRAD_DISPATCH void grad_sums_row(const T* g, const T* x, std::int64_t width, const double* mean,            \
                                        double* sum_g, double* sum_gxc) {                                          \
-    grad_sums_row_body(g, x, width, mean, sum_g, sum_gxc);                                                        \
+    grad_sums_row_body<false>(g, x, width, mean, sum_g, sum_gxc);                                                 \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_sums_row_relu(const T* g, const T* x, std::int64_t width, const double* mean,        \
+                                            const T* shift, const T* scale, const T* offset, double* sum_g,       \
+                                            double* sum_gxc) {                                                    \
+    grad_sums_row_body<true>(g, x, width, mean, sum_g, sum_gxc, shift, scale, offset);                            \
   }                                                                                                               \
   TAPEGRAD_DISPATCH void grad_input_row(const T* g, const T* x, T* dx, std::int64_t width, const T* mean,         \
                                         const T* a, const T* b, const T* d) {                                     \
-    grad_input_row_body(g, x, dx, width, mean, a, b, d);                                                          \
+    grad_input_row_body<false>(g, x, dx, width, mean, a, b, d);                                                   \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void grad_input_row_relu(const T* g, const T* x, T* dx, std::int64_t width, const T* mean,     \
+                                             const T* a, const T* b, const T* d, const T* scale,                  \
+                                             const T* offset) {                                                   \
+    grad_input_row_body<true>(g, x, dx, width, mean, a, b, d, scale, offset);                                     \
   }
 
 TAPEGRAD_BATCH_NORM_RUNS(float)

@@ -27,6 +27,22 @@ void grad_input(const float* g, const float* x, float* dx, std::int64_t n, float
 void grad_input(const double* g, const double* x, double* dx, std::int64_t n, double mean, double a, double b,
                 double d);
 
+// The same two with ReLU's backward rule folded in, for BatchNorm followed by ReLU: g[i] counts only where the
+// forward's ReLU input y = (x[i] - shift) * scale + offset is > 0 or NaN. y is recomputed with the forward's
+// arithmetic (affine_relu's; this file is built without FMA contraction), so it has the forward's bits and the
+// mask is ReLU's own, without the forward's output being saved or read.
+
+/// grad_sums over the masked g; shift is the forward's float-typed mean.
+void grad_sums_relu(const float* g, const float* x, std::int64_t n, double mean, float shift, float scale,
+                    float offset, double& sum_g, double& sum_gxc);
+void grad_sums_relu(const double* g, const double* x, std::int64_t n, double mean, double shift, double scale,
+                    double offset, double& sum_g, double& sum_gxc);
+/// grad_input over the masked g; the mask's shift is `mean`.
+void grad_input_relu(const float* g, const float* x, float* dx, std::int64_t n, float mean, float a, float b,
+                     float d, float scale, float offset);
+void grad_input_relu(const double* g, const double* x, double* dx, std::int64_t n, double mean, double a, double b,
+                     double d, double scale, double offset);
+
 // Row versions for a block of `width` channels, one coefficient per lane.
 
 /// acc[j] += row[j].
@@ -55,6 +71,18 @@ void grad_input_row(const float* g, const float* x, float* dx, std::int64_t widt
                     const float* b, const float* d);
 void grad_input_row(const double* g, const double* x, double* dx, std::int64_t width, const double* mean,
                     const double* a, const double* b, const double* d);
+
+/// grad_sums_row and grad_input_row over the masked g (as grad_sums_relu), one mask coefficient per lane.
+void grad_sums_row_relu(const float* g, const float* x, std::int64_t width, const double* mean, const float* shift,
+                        const float* scale, const float* offset, double* sum_g, double* sum_gxc);
+void grad_sums_row_relu(const double* g, const double* x, std::int64_t width, const double* mean,
+                        const double* shift, const double* scale, const double* offset, double* sum_g,
+                        double* sum_gxc);
+void grad_input_row_relu(const float* g, const float* x, float* dx, std::int64_t width, const float* mean,
+                         const float* a, const float* b, const float* d, const float* scale, const float* offset);
+void grad_input_row_relu(const double* g, const double* x, double* dx, std::int64_t width, const double* mean,
+                         const double* a, const double* b, const double* d, const double* scale,
+                         const double* offset);
 
 /// invstd[c] = 1 / sqrt(var[c] + eps) and scale[c] = invstd[c] * weight[c] (weight 1 where null), c < channels: the
 /// eval coefficients. Note: dispatched because the per-channel square root and division, serial at the baseline,

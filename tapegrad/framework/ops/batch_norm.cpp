@@ -109,6 +109,26 @@ std::vector<Tensor> differentiable_inputs(const Tensor& x, const Tensor& weight,
   return inputs;
 }
 
+// ReLU's input in a fused BatchNorm+ReLU forward, recomputed from x for ReLU's backward rule: the forward's
+// per-channel coefficients through the same affine kernel (rounding every operation once), so the same bits.
+// Note: recomputing instead of saving the output keeps one tensor fewer alive until backward, and leaves the
+// output free to be modified in place.
+Tensor relu_input(const Tensor& x, const Layout& l, const Doubles& shift, const Doubles& scale,
+                  const Doubles& offset) {
+  Tensor y = empty(x.shape(), x.dtype());
+  detail::dispatch_floating(x.dtype(), "batch_norm_relu backward", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::batch_norm_affine(x.data<T>(), l, shift, scale, offset, y.data<T>());
+  });
+  return y;
+}
+
+Doubles times(const Doubles& a, const Doubles& b) {
+  Doubles out(a.size());
+  for (std::size_t c = 0; c < out.size(); ++c) out[c] = a[c] * b[c];
+  return out;
+}
+
 // Raw gradients of weight and bias from the per-channel sums, appended in input order.
 void append_affine_grads(std::vector<Tensor>& out, NeedsGrad needs, bool has_weight, bool has_bias,
                          const Doubles& sum_g, const Doubles& sum_gxc, const Doubles& invstd, DType dtype) {
@@ -158,25 +178,29 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
   result.unbiased_var = channel_tensor(unbiased, input.dtype());
 
   const bool has_weight = weight.defined(), has_bias = bias.defined();
+  // With a fused ReLU: the bias values, to recompute ReLU's input in the backward.
+  const auto relu_bias = relu ? std::make_shared<const Doubles>(b) : nullptr;
   result.output = record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
-    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op),
-            sz = SavedTensor(relu ? out.detach() : Tensor(), op), mean, invstd, eps, l, has_weight,
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, mean, invstd, eps, l, has_weight,
             has_bias](const Tensor& g_out, NeedsGrad needs) {
       const Tensor& x = sx.get();
-      // Note: with a fused ReLU, its rule on the saved output (> 0 exactly where the BatchNorm output was).
-      const Tensor g = sz.get().defined() ? detail::relu_backward(g_out, sz.get()) : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
-      if (is_grad_enabled()) return composed_train_backward(g, x, weight_now, eps, needs, has_weight, has_bias);
-      // Note: without create_graph the fused kernel gives dx, dweight and dbias in one sweep; it is not
-      // differentiable itself, which is why the composed path above exists.
       const Doubles wv = channel_values(weight_now, l.c, 1.0);
+      if (is_grad_enabled()) {
+        const Tensor g =
+            relu_bias ? detail::relu_backward(g_out, relu_input(x, l, *mean, times(*invstd, wv), *relu_bias)) : g_out;
+        return composed_train_backward(g, x, weight_now, eps, needs, has_weight, has_bias);
+      }
+      // Note: without create_graph the fused kernel gives dx, dweight and dbias in one sweep (applying a fused
+      // ReLU's rule on the way); it is not differentiable itself, which is why the composed path above exists.
+      const Tensor& g = g_out;
       const std::size_t channels = static_cast<std::size_t>(l.c);
       Doubles sum_g(channels), sum_gxc(channels);
       Tensor dx = needs[0] ? empty(x.shape(), x.dtype()) : Tensor();
       detail::dispatch_floating(x.dtype(), "batch_norm_train backward", [&](auto tag) {
         using T = decltype(tag);
         kernels::batch_norm_train_backward(g.data<T>(), x.data<T>(), l, wv, *mean, *invstd,
-                                           needs[0] ? dx.data<T>() : nullptr, sum_g, sum_gxc);
+                                           needs[0] ? dx.data<T>() : nullptr, sum_g, sum_gxc, relu_bias.get());
       });
       std::vector<Tensor> grads{dx};
       append_affine_grads(grads, needs, has_weight, has_bias, sum_g, sum_gxc, *invstd, x.dtype());
@@ -207,22 +231,23 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
   // Note: the statistics are copied now, so a later running-statistics update cannot change this backward.
   auto m = std::make_shared<Doubles>(mean.to_vector());
   auto invstd = std::make_shared<Doubles>(channels);
-  Doubles scale(channels);
-  kernels::eval_coefficients(v.data(), weight.defined() ? w.data() : nullptr, eps, l.c, invstd->data(), scale.data());
+  auto scale = std::make_shared<Doubles>(channels);
+  kernels::eval_coefficients(v.data(), weight.defined() ? w.data() : nullptr, eps, l.c, invstd->data(),
+                             scale->data());
   Tensor out = empty(input.shape(), input.dtype());
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::batch_norm_affine(input.data<T>(), l, *m, scale, b, out.data<T>(), relu);
+    kernels::batch_norm_affine(input.data<T>(), l, *m, *scale, b, out.data<T>(), relu);
   });
 
   const bool has_weight = weight.defined(), has_bias = bias.defined();
+  // With a fused ReLU: the coefficients, to recompute ReLU's input in the backward.
+  const auto relu_bias = relu ? std::make_shared<const Doubles>(b) : nullptr;
   return record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
-    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op),
-            sz = SavedTensor(relu ? out.detach() : Tensor(), op), m, invstd, l, has_weight,
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, scale, m, invstd, l, has_weight,
             has_bias](const Tensor& g_out, NeedsGrad needs) {
       const Tensor& x = sx.get();
-      // Note: with a fused ReLU, its rule on the saved output (> 0 exactly where the BatchNorm output was).
-      const Tensor g = sz.get().defined() ? detail::relu_backward(g_out, sz.get()) : g_out;
+      const Tensor g = relu_bias ? detail::relu_backward(g_out, relu_input(x, l, *m, *scale, *relu_bias)) : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_eval_backward(g, x, weight_now, *m, *invstd, needs, has_weight, has_bias);
       const std::size_t channels = static_cast<std::size_t>(l.c);
