@@ -1,6 +1,6 @@
 // batch_norm_train's kernels take one of two visiting orders (memory order for tensors that fit the cache,
 // channel by channel for bigger ones) and split the work over threads; every combination must give the
-// composed formula's output and gradients, in float64 to 1e-10.
+// composed formula's output and gradients, in float64 to 1e-10; batch_norm_eval's affine map likewise.
 #include <catch2/catch.hpp>
 
 #include <tapegrad/framework/ops/batch_norm.h>
@@ -57,6 +57,32 @@ TEST_CASE("batch_norm_train agrees with the composed formula on both visiting or
       CHECK(max_difference(got.dx, expected.dx) <= 1e-10);
       CHECK(max_difference(got.dweight, expected.dweight) <= 1e-10 * static_cast<double>(x.numel()));
       CHECK(max_difference(got.dbias, expected.dbias) <= 1e-10 * static_cast<double>(x.numel()));
+    }
+  }
+  set_num_threads(threads_before);
+}
+
+TEST_CASE("batch_norm_eval agrees with the composed formula on every visiting order and 1 or 2 threads") {
+  const int threads_before = get_num_threads();
+  const auto f64 = TensorOptions{}.with_dtype(DType::Float64);
+  // [N, C] rows (one row; many rows, split over threads), one sample of [C, H, W] (per channel), [N, C, H, W]
+  // (memory order, split over threads when big).
+  for (const Shape& shape : {Shape{1, 9}, Shape{600, 70}, Shape{1, 3, 5, 6}, Shape{4, 3, 5, 6}, Shape{8, 4, 32, 32}}) {
+    Generator generator(static_cast<std::uint64_t>(shape_numel(shape)));
+    const Shape channel = shape.size() == 2 ? Shape{1, shape[1]} : Shape{1, shape[1], 1, 1};
+    const Tensor x = randn(shape, generator, f64) * 3.0 + 2.0, upstream = randn(shape, generator, f64);
+    const Tensor weight = randn({shape[1]}, generator, f64), bias = randn({shape[1]}, generator, f64);
+    const Tensor mean = randn({shape[1]}, generator, f64), var = rand({shape[1]}, generator, f64) + 0.5;
+    const Tensor scale = weight / sqrt(var + kEps);
+    const Tensor expected = (x - mean.reshape(channel)) * scale.reshape(channel) + bias.reshape(channel);
+    for (const int threads : {1, 2}) {
+      INFO("shape " << shape_string(shape) << ", " << threads << " thread(s)");
+      set_num_threads(threads);
+      const Tensor leaf = x.clone().requires_grad_();
+      const Tensor output = batch_norm_eval(leaf, mean, var, weight, bias, kEps);
+      sum(output * upstream).backward();
+      CHECK(max_difference(output, expected) <= 1e-12);
+      CHECK(max_difference(leaf.grad(), upstream * scale.reshape(channel)) <= 1e-12);
     }
   }
   set_num_threads(threads_before);
