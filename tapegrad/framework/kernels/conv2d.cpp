@@ -88,6 +88,21 @@ void conv2d_weight_grad(const double* x, const double* grad_output, double* dw, 
   im2col::weight_grad(x, grad_output, dw, db, g);
 }
 
+void conv2d_backward(const float* x, const float* grad_output, const float* w, float* dx, float* dw, float* db,
+                     const ConvGeometry& g, ConvPath path) {
+  if (resolve(path, ConvDirection::input_grad, g, false) == ConvPath::onednn &&
+      resolve(path, ConvDirection::weight_grad, g, false) == ConvPath::onednn)
+    return onednn::backward(x, grad_output, w, dx, dw, db, g);
+  conv2d_input_grad(grad_output, w, dx, g, path);
+  conv2d_weight_grad(x, grad_output, dw, db, g, path);
+}
+
+void conv2d_backward(const double* x, const double* grad_output, const double* w, double* dx, double* dw,
+                     double* db, const ConvGeometry& g, ConvPath path) {
+  conv2d_input_grad(grad_output, w, dx, g, path);
+  conv2d_weight_grad(x, grad_output, dw, db, g, path);
+}
+
 std::size_t conv2d_cache_size() { return onednn::cache_size(); }
 std::size_t conv2d_cache_capacity() { return onednn::cache_capacity(); }
 

@@ -44,6 +44,13 @@ void conv2d_weight_grad(const float* x, const float* grad_output, float* dw, flo
 void conv2d_weight_grad(const double* x, const double* grad_output, double* dw, double* db, const ConvGeometry& g,
                         ConvPath path = ConvPath::automatic);
 
+/// conv2d_input_grad and conv2d_weight_grad in one call: the same results, and on the oneDNN path grad_output
+/// is reordered into the primitives' layout once for both.
+void conv2d_backward(const float* x, const float* grad_output, const float* w, float* dx, float* dw, float* db,
+                     const ConvGeometry& g, ConvPath path = ConvPath::automatic);
+void conv2d_backward(const double* x, const double* grad_output, const double* w, double* dx, double* dw,
+                     double* db, const ConvGeometry& g, ConvPath path = ConvPath::automatic);
+
 /// The oneDNN primitive cache: how many primitives it holds now, and the most it ever holds (least recently
 /// used evicted first). Primitives are keyed by direction, geometry, bias and thread count.
 std::size_t conv2d_cache_size();

@@ -168,9 +168,37 @@ Cache& cache() {
   return instance;
 }
 
+// Inputs already reordered into a primitive's layout, for the next primitive of the same call that reads the
+// same buffer in the same layout (backward-data and backward-weights both read grad_output).
+// Note: valid only while the user's buffers are unchanged, so it lives for one kernels call, never longer.
+class ReorderedInputs {
+ public:
+  // The reordered copy of `user` in layout `inner`, or null.
+  void* find(const void* user, const memory::desc& inner) const {
+    for (const Copy& copy : copies_)
+      if (copy.user == user && copy.inner == inner) return copy.data;
+    return nullptr;
+  }
+  void* add(const void* user, const memory::desc& inner) {
+    buffers_.emplace_back(inner.get_size());
+    copies_.push_back({user, inner, buffers_.back().data()});
+    return copies_.back().data;
+  }
+
+ private:
+  struct Copy {
+    const void* user;
+    memory::desc inner;
+    void* data;
+  };
+  std::vector<Copy> copies_;
+  std::deque<Storage> buffers_;  // a deque: Storage does not move
+};
+
 // Runs the primitive of `key` on the user's plain buffers, given per argument in `pointers` (matching the
-// entry's operands by argument id): inputs reordered in, the primitive, outputs reordered out.
-void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers) {
+// entry's operands by argument id): inputs reordered in (or taken from `reordered`, where an earlier run of the
+// same call left them), the primitive, outputs reordered out.
+void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers, ReorderedInputs* reordered = nullptr) {
   const std::shared_ptr<const Entry> entry = cache().get(key, build);
   const dnnl::engine& engine = cpu_engine();
   dnnl::stream& stream = thread_stream();
@@ -190,12 +218,19 @@ void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers) {
       arguments.emplace(op.argument, user);
       continue;
     }
-    memory inner(op.inner, engine, buffer(op.inner));
-    arguments.emplace(op.argument, inner);
-    if (op.output)
+    if (op.output) {
+      memory inner(op.inner, engine, buffer(op.inner));
+      arguments.emplace(op.argument, inner);
       outputs.emplace_back(inner, user);
-    else
-      op.reorder->execute(stream, user, inner);
+      continue;
+    }
+    if (void* done = reordered ? reordered->find(pointer, op.inner) : nullptr) {
+      arguments.emplace(op.argument, memory(op.inner, engine, done));
+      continue;
+    }
+    memory inner(op.inner, engine, reordered ? reordered->add(pointer, op.inner) : buffer(op.inner));
+    arguments.emplace(op.argument, inner);
+    op.reorder->execute(stream, user, inner);
   }
   if (entry->scratchpad.get_size() > 0)
     arguments.emplace(DNNL_ARG_SCRATCHPAD, memory(entry->scratchpad, engine, buffer(entry->scratchpad)));
@@ -249,18 +284,44 @@ void input_grad(const float* grad_output, const float* w, float* dx, const ConvG
   });
 }
 
-void weight_grad(const float* x, const float* grad_output, float* dw, float* db, const ConvGeometry& g) {
+namespace {
+
+void weight_grad(const float* x, const float* grad_output, float* dw, float* db, const ConvGeometry& g,
+                 ReorderedInputs* reordered) {
   if (g.n == 0) {  // an empty sum
     std::fill(dw, dw + g.o * g.cg() * g.kh * g.kw, 0.0f);
     if (db) std::fill(db, db + g.o, 0.0f);
     return;
   }
   guarded("conv2d_weight_grad", g, [&] {
-    run(key(ConvDirection::weight_grad, g, db != nullptr), {{DNNL_ARG_SRC, const_cast<float*>(x)},
-                                                            {DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)},
-                                                            {DNNL_ARG_DIFF_WEIGHTS, dw},
-                                                            {DNNL_ARG_DIFF_BIAS, db}});
+    run(key(ConvDirection::weight_grad, g, db != nullptr),
+        {{DNNL_ARG_SRC, const_cast<float*>(x)},
+         {DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)},
+         {DNNL_ARG_DIFF_WEIGHTS, dw},
+         {DNNL_ARG_DIFF_BIAS, db}},
+        reordered);
   });
+}
+
+}  // namespace
+
+void weight_grad(const float* x, const float* grad_output, float* dw, float* db, const ConvGeometry& g) {
+  weight_grad(x, grad_output, dw, db, g, nullptr);
+}
+
+void backward(const float* x, const float* grad_output, const float* w, float* dx, float* dw, float* db,
+              const ConvGeometry& g) {
+  if (g.n == 0) return weight_grad(x, grad_output, dw, db, g, nullptr);
+  // Note: grad_output is reordered into the blocked layout once for both primitives (when they want the same
+  // layout): that reorder was 1.9% of a 1-thread cnn training step per convolution.
+  ReorderedInputs reordered;
+  guarded("conv2d_input_grad", g, [&] {
+    run(key(ConvDirection::input_grad, g, false),
+        {{DNNL_ARG_DIFF_DST, const_cast<float*>(grad_output)}, {DNNL_ARG_WEIGHTS, const_cast<float*>(w)},
+         {DNNL_ARG_DIFF_SRC, dx}},
+        &reordered);
+  });
+  weight_grad(x, grad_output, dw, db, g, &reordered);
 }
 
 std::size_t cache_size() { return cache().size(); }

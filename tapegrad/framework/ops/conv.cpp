@@ -71,18 +71,29 @@ void check_grad_output(const char* op, const Tensor& grad_output, const Geometry
          shape_string(expected));
 }
 
-// The weight and bias gradients in one kernel call (oneDNN sums the bias gradient while it reads grad_output for
-// the weight's); not recorded, so only for a backward that does not build a graph.
-std::pair<Tensor, Tensor> weight_and_bias_grad(const Tensor& input_in, const Tensor& grad_output_in, const Shape& weight_shape,
-                                               const ConvParams& p) {
-  const Tensor input = input_in.contiguous(), grad_output = grad_output_in.contiguous();
-  const Geometry g = make_geometry("conv2d", input.shape(), weight_shape, p);
-  Tensor weight_grad = empty(weight_shape, input.dtype()), bias_grad = empty({g.o}, input.dtype());
+struct RawGrads {
+  Tensor input, weight, bias;
+};
+
+// The weight gradient, and the input and bias gradients when asked, in one kernel call (oneDNN sums the bias
+// gradient while it reads grad_output for the weight's, and reorders grad_output once for the input's and the
+// weight's); not recorded, so only for a backward that does not build a graph.
+RawGrads raw_grads(const Tensor& input, const Tensor& grad_output_in, const Tensor& weight, const ConvParams& p,
+                   bool want_input, bool want_bias) {
+  const Tensor grad_output = grad_output_in.contiguous();
+  const Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
+  RawGrads out{want_input ? empty(input.shape(), input.dtype()) : Tensor(), empty(weight.shape(), input.dtype()),
+               want_bias ? empty({g.o}, input.dtype()) : Tensor()};
   detail::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    kernels::conv2d_weight_grad(input.data<T>(), grad_output.data<T>(), weight_grad.data<T>(), bias_grad.data<T>(), g);
+    T* db = want_bias ? out.bias.data<T>() : nullptr;
+    if (want_input)
+      kernels::conv2d_backward(input.data<T>(), grad_output.data<T>(), weight.data<T>(), out.input.data<T>(),
+                               out.weight.data<T>(), db, g);
+    else
+      kernels::conv2d_weight_grad(input.data<T>(), grad_output.data<T>(), out.weight.data<T>(), db, g);
   });
-  return {weight_grad, bias_grad};
+  return out;
 }
 
 Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const ConvParams& p) {
@@ -107,12 +118,16 @@ Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Ten
       std::vector<Tensor> grads(has_bias ? 3 : 2);
       const Tensor& x = sx.get();
       const Tensor& w = sw.get();
-      if (needs[0]) grads[0] = conv2d_input_grad(grad, w, x.shape(), p.stride, p.padding, p.dilation, p.groups);
-      // Note: the fused weight + bias kernel is not differentiable; under create_graph the recorded ops are used.
-      if (has_bias && needs[1] && needs[2] && !is_grad_enabled()) {
-        std::tie(grads[1], grads[2]) = weight_and_bias_grad(x, grad, w.shape(), p);
+      // Note: the fused kernel call is not differentiable; under create_graph the recorded ops are used.
+      const bool want_bias = has_bias && needs[2];
+      if (!is_grad_enabled() && needs[1] && (needs[0] || want_bias)) {
+        RawGrads raw = raw_grads(x, grad, w, p, needs[0], want_bias);
+        grads[0] = std::move(raw.input);
+        grads[1] = std::move(raw.weight);
+        if (want_bias) grads[2] = std::move(raw.bias);
         return grads;
       }
+      if (needs[0]) grads[0] = conv2d_input_grad(grad, w, x.shape(), p.stride, p.padding, p.dilation, p.groups);
       if (needs[1]) grads[1] = conv2d_weight_grad(x, grad, w.shape(), p.stride, p.padding, p.dilation, p.groups);
       if (has_bias && needs[2]) grads[2] = sum(grad, {0, 2, 3});
       return grads;
