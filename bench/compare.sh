@@ -2,8 +2,8 @@
 # The tapegrad vs libtorch comparison in one command, with the peer at its best and the machine's limits
 # beside the ratios:
 #   - bench/compare and bench/compare_torch run interleaved (for each repetition, thread count and workload:
-#     tapegrad then libtorch, each with the system allocator and with jemalloc preloaded); medians, with the
-#     min..max spread;
+#     one side then the other, the order alternating between repetitions, each with the system allocator and
+#     with jemalloc preloaded); medians, with the min..max spread;
 #   - libtorch runs with OpenBLAS (openmp build) and with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for its
 #     command alone: this workplace sets both, which pins OpenBLAS to old kernels; the core OpenBLAS then
 #     reports is printed;
@@ -84,9 +84,12 @@ anchor_run() {
 }
 anchor_run
 for ((rep = 1; rep <= reps; ++rep)); do
+  # Note: the order alternates between repetitions. On this machine the second of two back-to-back runs was
+  # measured up to 20-35% faster at one thread (2026-12-06), so a fixed order would favour one side.
+  if ((rep % 2)); then sides="tapegrad libtorch"; else sides="libtorch tapegrad"; fi
   for threads in $thread_counts; do
     for workload in $workloads idle; do
-      for side in tapegrad libtorch; do
+      for side in $sides; do
         for allocator in $allocators; do
           output=$(run "$side" "$allocator" --threads "$threads" --seconds "$seconds" --workload "$workload")
           rss=$(sed -n 's/^max_rss_mb=//p' <<<"$output")
