@@ -5,7 +5,8 @@
 // by ReLU recomputes ReLU's input (x - shift) * scale + offset instead of saving the output, and its mask is
 // ReLU's only if every recomputation rounds as the forward did; with contraction, whether an expression becomes
 // an FMA is the compiler's choice per loop and per clone. Without it every operation rounds once, in every
-// clone, and the affine outputs have the same bits on every CPU.
+// clone, so the affine map also rounds alike on every CPU (the batch statistics feeding it are sums whose
+// order follows the vector width, and may still differ in their last bits).
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
 
 #include <algorithm>
