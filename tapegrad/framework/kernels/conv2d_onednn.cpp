@@ -207,6 +207,8 @@ void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers, Reo
     buffers.emplace_back(desc.get_size());
     return buffers.back().data();
   };
+  ReorderedInputs own;  // this run's reordered inputs, when the caller keeps none across runs
+  ReorderedInputs& inputs = reordered ? *reordered : own;
   std::unordered_map<int, memory> arguments;
   std::vector<std::pair<memory, memory>> outputs;  // (inner, user) pairs to reorder after the primitive
   for (const Operand& op : entry->operands) {
@@ -224,13 +226,10 @@ void run(const Key& key, const std::vector<std::pair<int, void*>>& pointers, Reo
       outputs.emplace_back(inner, user);
       continue;
     }
-    if (void* done = reordered ? reordered->find(pointer, op.inner) : nullptr) {
-      arguments.emplace(op.argument, memory(op.inner, engine, done));
-      continue;
-    }
-    memory inner(op.inner, engine, reordered ? reordered->add(pointer, op.inner) : buffer(op.inner));
+    void* done = inputs.find(pointer, op.inner);
+    memory inner(op.inner, engine, done ? done : inputs.add(pointer, op.inner));
     arguments.emplace(op.argument, inner);
-    op.reorder->execute(stream, user, inner);
+    if (!done) op.reorder->execute(stream, user, inner);
   }
   if (entry->scratchpad.get_size() > 0)
     arguments.emplace(DNNL_ARG_SCRATCHPAD, memory(entry->scratchpad, engine, buffer(entry->scratchpad)));

@@ -251,7 +251,6 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_eval_backward(g, x, weight_now, *m, *invstd, needs, has_weight, has_bias);
       const std::size_t channels = static_cast<std::size_t>(l.c);
-      const Doubles wv = channel_values(weight_now, l.c, 1.0);
       Doubles sum_g(channels), sum_gxc(channels);
       Tensor dx = needs[0] ? empty(x.shape(), x.dtype()) : Tensor();
       detail::dispatch_floating(x.dtype(), "batch_norm_eval backward", [&](auto tag) {
@@ -259,9 +258,8 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
         if (needs[1] || (has_bias && needs[has_weight ? 2 : 1]))
           kernels::batch_norm_grad_sums(g.data<T>(), x.data<T>(), l, *m, sum_g, sum_gxc);
         if (needs[0]) {
-          Doubles scale(channels);
-          for (std::size_t c = 0; c < channels; ++c) scale[c] = wv[c] * (*invstd)[c];
-          kernels::batch_norm_affine(g.data<T>(), l, Doubles(channels, 0.0), scale, Doubles(channels, 0.0),
+          // dx = g * weight * invstd: the forward's scale.
+          kernels::batch_norm_affine(g.data<T>(), l, Doubles(channels, 0.0), *scale, Doubles(channels, 0.0),
                                      dx.data<T>());
         }
       });
