@@ -228,6 +228,23 @@ TEST_CASE("var matches the closed forms, biased and unbiased") {
   CHECK(allclose(w.grad(), tensor({-4.0 / 3, -2.0 / 3, 2.0}, {3}, f64()), 1e-14, 1e-14));
 }
 
+TEST_CASE("float32 sums over 2^20 terms stay within a few ulps: sum, mean and broadcast gradients") {
+  // Note: 0.1f is not a power of two, so a float32 running sum rounds at every step once the total is large
+  // (it drifted by ~1% here); the exact total of 2^20 copies of 0.1f is 2^20 * (double)0.1f.
+  const std::int64_t n = std::int64_t{1} << 20;
+  const double exact = static_cast<double>(n) * static_cast<double>(0.1f);
+  auto close = [&](double value) { return std::abs(value - exact) <= 4 * 1.2e-7 * exact; };
+  for (double v : sum(full({n, 3}, 0.1), {0}).to_vector()) CHECK(close(v));     // down the rows
+  for (double v : sum(full({3, n}, 0.1), {1}).to_vector()) CHECK(close(v));     // along each row
+  for (double v : sum(full({4, n / 4, 2}, 0.1), {0, 1}).to_vector()) CHECK(close(v));
+  CHECK(close(sum(full({n}, 0.1)).item()));
+  for (double v : mean(full({n, 2}, 0.1), {0}).to_vector()) CHECK(std::abs(v - 0.1f) <= 4 * 1.2e-7 * 0.1);
+  // A bias broadcast over n rows: its gradient is the same sum.
+  Tensor bias = zeros({3}, TensorOptions{}.with_requires_grad());
+  sum(add(zeros({n, 3}), bias) * full({n, 3}, 0.1)).backward();
+  for (double v : bias.grad().to_vector()) CHECK(close(v));
+}
+
 TEST_CASE("reductions reject bad dims and empty input with the op and the shapes") {
   CHECK_THROWS_WITH(max(zeros({2, 0}), 1), "max: cannot reduce over dim 1 of size 0 in shape [2, 0]");
   CHECK_THROWS_WITH(amax(zeros({0, 3}), {0}), "amax: cannot reduce an empty dim of shape [0, 3]");

@@ -57,33 +57,38 @@ Tensor sum_to(const Tensor& x_in, const Shape& shape) {
     const std::size_t ndim = xs.size();
     const std::int64_t n = x.numel();
     if (n == 0) return;
-    if (out.numel() == 1) {
-      double total = 0;  // Note: accumulate a full reduction in double; float32 sums of 1e5 terms drift
+    // Note: every output element accumulates in double and is rounded once at the end. A float32 running sum
+    // loses the small terms once the total is large (2^20 terms of 0.1f drift by ~1%); PyTorch's cascade sum
+    // keeps float32 sums to a few ulps at any length, and so does this.
+    std::vector<double> totals(static_cast<std::size_t>(out.numel()), 0.0);
+    if (totals.size() == 1) {
+      double total = 0;
       for (std::int64_t i = 0; i < n; ++i) total += in[i];
-      o[0] = static_cast<T>(total);
-      return;
-    }
-    const Shape so = detail::broadcast_strides(shape, xs);
-    const std::int64_t inner = xs[ndim - 1], step = so[ndim - 1];
-    std::vector<std::int64_t> index(ndim, 0);
-    std::int64_t offset = 0;
-    for (std::int64_t base = 0; base < n; base += inner) {
-      const T* p = in + base;
-      T* q = o + offset;
-      if (step == 0) {
-        T acc = 0;
-        for (std::int64_t k = 0; k < inner; ++k) acc += p[k];
-        q[0] += acc;
-      } else {
-        for (std::int64_t k = 0; k < inner; ++k) q[k] += p[k];
+      totals[0] = total;
+    } else {
+      const Shape so = detail::broadcast_strides(shape, xs);
+      const std::int64_t inner = xs[ndim - 1], step = so[ndim - 1];
+      std::vector<std::int64_t> index(ndim, 0);
+      std::int64_t offset = 0;
+      for (std::int64_t base = 0; base < n; base += inner) {
+        const T* p = in + base;
+        double* q = totals.data() + offset;
+        if (step == 0) {
+          double acc = 0;
+          for (std::int64_t k = 0; k < inner; ++k) acc += p[k];
+          q[0] += acc;
+        } else {
+          for (std::int64_t k = 0; k < inner; ++k) q[k] += p[k];
+        }
+        for (std::size_t d = ndim - 1; d-- > 0;) {
+          offset += so[d];
+          if (++index[d] < xs[d]) break;
+          offset -= so[d] * xs[d];
+          index[d] = 0;
+        }
       }
-      for (std::size_t d = ndim - 1; d-- > 0;) {
-        offset += so[d];
-        if (++index[d] < xs[d]) break;
-        offset -= so[d] * xs[d];
-        index[d] = 0;
-      }
     }
+    for (std::size_t i = 0; i < totals.size(); ++i) o[i] = static_cast<T>(totals[i]);
   });
   return record_if_needed("sum_to", out, {x}, [xs = x.shape()] {
     return [xs](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{broadcast_to(g, xs)}; };
