@@ -1,7 +1,10 @@
 #pragma once
 // Internal: BatchNorm followed by ReLU as one op, what nn::Sequential runs for a BatchNorm layer directly followed
-// by a ReLU layer. One pass writes relu(batch_norm(x)) (the ReLU forward pass and its tape record go away); the
-// values, the gradients and the batch statistics are the same bits as the two ops'.
+// by a ReLU layer. One pass writes relu(batch_norm(x)) (the ReLU forward pass and its tape record go away). The
+// backward saves no output: it recomputes ReLU's input from the saved input with the forward's coefficients and
+// applies ReLU's mask inside BatchNorm's two backward passes (kernels/batch_norm_runs.h). The values, the
+// gradients and the batch statistics are the same bits as the two ops'; unlike ReLU's, the output may be modified
+// in place before backward().
 #include <tapegrad/framework/ops/batch_norm.h>
 
 namespace tapegrad::detail {
