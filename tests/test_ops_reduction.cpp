@@ -237,6 +237,7 @@ TEST_CASE("float32 sums over 2^20 terms stay within a few ulps: sum, mean and br
   for (double v : sum(full({n, 3}, 0.1), {0}).to_vector()) CHECK(close(v));     // down the rows
   for (double v : sum(full({3, n}, 0.1), {1}).to_vector()) CHECK(close(v));     // along each row
   for (double v : sum(full({4, n / 4, 2}, 0.1), {0, 1}).to_vector()) CHECK(close(v));
+  for (double v : sum(full({2, n, 2}, 0.1), {1}).to_vector()) CHECK(close(v));  // a middle dim
   CHECK(close(sum(full({n}, 0.1)).item()));
   for (double v : mean(full({n, 2}, 0.1), {0}).to_vector()) CHECK(std::abs(v - 0.1f) <= 4 * 1.2e-7 * 0.1);
   // A bias broadcast over n rows: its gradient is the same sum.

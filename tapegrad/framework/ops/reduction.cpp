@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/reduce.h>
+#include <tapegrad/framework/kernels/column_sums.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/elementwise.h>
 
@@ -60,35 +63,47 @@ Tensor sum_to(const Tensor& x_in, const Shape& shape) {
     // Note: every output element accumulates in double and is rounded once at the end. A float32 running sum
     // loses the small terms once the total is large (2^20 terms of 0.1f drift by ~1%); PyTorch's cascade sum
     // keeps float32 sums to a few ulps at any length, and so does this.
-    std::vector<double> totals(static_cast<std::size_t>(out.numel()), 0.0);
-    if (totals.size() == 1) {
-      double total = 0;
-      for (std::int64_t i = 0; i < n; ++i) total += in[i];
-      totals[0] = total;
+    // When the kept dims are a trailing block of x's (a bias over rows, a whole-tensor sum), x is a [rows, cols]
+    // matrix and the result is its column sums.
+    const std::size_t lead = ndim - shape.size();
+    std::size_t first = lead;
+    while (first < ndim && shape[first - lead] == 1) ++first;
+    bool trailing = true;
+    for (std::size_t d = first; d < ndim; ++d) trailing = trailing && shape[d - lead] == xs[d];
+    if (trailing) {
+      kernels::column_sums(n / out.numel(), out.numel(), in, o);
+      return;
+    }
+    std::vector<double> widened;  // float32's accumulators; float64 accumulates in the (zeroed) output
+    double* totals = nullptr;
+    if constexpr (std::is_same_v<T, double>) {
+      totals = o;
     } else {
-      const Shape so = detail::broadcast_strides(shape, xs);
-      const std::int64_t inner = xs[ndim - 1], step = so[ndim - 1];
-      std::vector<std::int64_t> index(ndim, 0);
-      std::int64_t offset = 0;
-      for (std::int64_t base = 0; base < n; base += inner) {
-        const T* p = in + base;
-        double* q = totals.data() + offset;
-        if (step == 0) {
-          double acc = 0;
-          for (std::int64_t k = 0; k < inner; ++k) acc += p[k];
-          q[0] += acc;
-        } else {
-          for (std::int64_t k = 0; k < inner; ++k) q[k] += p[k];
-        }
-        for (std::size_t d = ndim - 1; d-- > 0;) {
-          offset += so[d];
-          if (++index[d] < xs[d]) break;
-          offset -= so[d] * xs[d];
-          index[d] = 0;
-        }
+      widened.assign(static_cast<std::size_t>(out.numel()), 0.0);
+      totals = widened.data();
+    }
+    const Shape so = detail::broadcast_strides(shape, xs);
+    const std::int64_t inner = xs[ndim - 1], step = so[ndim - 1];
+    std::vector<std::int64_t> index(ndim, 0);
+    std::int64_t offset = 0;
+    for (std::int64_t base = 0; base < n; base += inner) {
+      const T* p = in + base;
+      double* q = totals + offset;
+      if (step == 0) {
+        double acc = 0;
+        for (std::int64_t k = 0; k < inner; ++k) acc += p[k];
+        q[0] += acc;
+      } else {
+        for (std::int64_t k = 0; k < inner; ++k) q[k] += p[k];
+      }
+      for (std::size_t d = ndim - 1; d-- > 0;) {
+        offset += so[d];
+        if (++index[d] < xs[d]) break;
+        offset -= so[d] * xs[d];
+        index[d] = 0;
       }
     }
-    for (std::size_t i = 0; i < totals.size(); ++i) o[i] = static_cast<T>(totals[i]);
+    for (std::size_t i = 0; i < widened.size(); ++i) o[i] = static_cast<T>(widened[i]);
   });
   return record_if_needed("sum_to", out, {x}, [xs = x.shape()] {
     return [xs](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{broadcast_to(g, xs)}; };
