@@ -1,7 +1,7 @@
-// The kernels layer's GEMM (oneDNN's sgemm or matmul primitive for float32, Eigen for float64) and its Linear
+// The kernels layer's GEMM (oneDNN's sgemm or matmul primitive for float32, tapegrad's kernel for float64) and its Linear
 // forward against a plain triple loop in double: every transpose combination, leading dimensions wider than the
 // rows, alpha and beta, empty dims, each float32 path forced and the automatic rule; the primitive cache's bound
-// and concurrent callers.
+// and concurrent callers; float64 shapes that cross its packing blocks, and the same bits at any thread count.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -10,6 +10,8 @@
 
 #include <tapegrad/framework/kernels/environment_path.h>
 #include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/kernels/gemm_f64.h>
+#include <tapegrad/framework/parallel.h>
 #include "support/properties.h"
 
 using tapegrad::kernels::gemm;
@@ -146,13 +148,62 @@ TEST_CASE("concurrent callers share the matmul primitives safely") {
     for (std::size_t i = 0; i < expected.size(); ++i) CHECK(result[i] == Approx(expected[i]).margin(1e-4));
 }
 
-TEST_CASE("float64 GEMM (Eigen) matches the reference for every transpose, stride, alpha and beta") {
+TEST_CASE("float64 GEMM (tapegrad's kernel) matches the reference for every transpose, stride, alpha and beta") {
   rc::prop("float64", [] { check_gemm<double>(1e-12); });
+}
+
+// Note: the property above stays inside one packed block (k < 256, m and n < 40). These shapes cross the blocks
+// of depth (256), of rows (128 at most, a multiple of the tile's rows) and of columns (2048 at most), and leave
+// partial tiles at every edge. Grid values keep the products and sums exact, so any order gives the same bits.
+// Multiples of 1/16 in [-4, 4] in a fixed pseudo-random order.
+std::vector<double> fixed_grid(std::int64_t count, std::uint32_t seed) {
+  std::vector<double> v(static_cast<std::size_t>(count));
+  for (auto& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<double>(static_cast<int>(seed >> 16) % 129 - 64) / 16.0;
+  }
+  return v;
+}
+
+TEST_CASE("float64 GEMM matches the reference on shapes that cross its packing blocks") {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (const Shape shape : {Shape{130, 21, 260}, Shape{9, 2060, 19}, Shape{257, 33, 513}, Shape{1, 1, 600}})
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        const auto [m, n, k] = shape;
+        const std::int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+        const std::vector<double> a = fixed_grid((ta ? k : m) * lda, 1), b = fixed_grid((tb ? n : k) * ldb, 2);
+        std::vector<double> c(static_cast<std::size_t>(m * ldc), 0.5);
+        const std::vector<double> expected = reference(ta, tb, m, n, k, -0.5, a, lda, b, ldb, 0.25, c, ldc);
+        gemm(ta, tb, m, n, k, -0.5, a.data(), lda, b.data(), ldb, 0.25, c.data(), ldc);
+        INFO("m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb);
+        CHECK(c == expected);
+      }
+}
+
+TEST_CASE("float64 GEMM gives the same bits on one thread and on two") {
+  const int original = tapegrad::get_num_threads();
+  const std::int64_t m = 300, n = 200, k = 700;  // above the size from which threads share a product
+  std::vector<double> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+  // Note: values that round, unlike the grid above, so that a change in the order of the sums would show.
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * static_cast<double>(i));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11 * static_cast<double>(i));
+  std::vector<double> one(static_cast<std::size_t>(m * n)), two(one.size());
+  tapegrad::set_num_threads(1);
+  gemm(false, true, m, n, k, 1.0, a.data(), k, b.data(), k, 0.0, one.data(), n);
+  tapegrad::set_num_threads(2);
+  gemm(false, true, m, n, k, 1.0, a.data(), k, b.data(), k, 0.0, two.data(), n);
+  tapegrad::set_num_threads(original);
+  CHECK(one == two);
 }
 
 TEST_CASE("the backends are named") {
   CHECK(std::string(tapegrad::kernels::gemm_backend(false)).rfind("oneDNN", 0) == 0);
-  CHECK(std::string(tapegrad::kernels::gemm_backend(true)).rfind("Eigen", 0) == 0);
+  const std::string f64 = tapegrad::kernels::gemm_backend(true), kernel = tapegrad::kernels::gemm_f64_kernel();
+  CHECK(f64 == "tapegrad " + kernel);
+  CHECK((kernel == "AVX-512 8x16" || kernel == "AVX2 6x8" || kernel == "SSE2 4x4"));
 }
 
 // The reader behind TAPEGRAD_GEMM_PATH and TAPEGRAD_CONV_PATH (those two are read once per process, so the test

@@ -1,7 +1,7 @@
-// The GEMM kernel: oneDNN for float32 (its matmul primitive or its sgemm, by the rule below), Eigen for float64.
+// The GEMM kernel: oneDNN for float32 (its matmul primitive or its sgemm, by the rule below), tapegrad's own
+// kernel for float64 (kernels/gemm_f64.cpp).
 #include <tapegrad/framework/kernels/gemm.h>
 
-#include <Eigen/Core>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -9,13 +9,15 @@
 
 #include <tapegrad/framework/error.h>
 #include <tapegrad/framework/kernels/environment_path.h>
+#include <tapegrad/framework/kernels/gemm_f64.h>
 #include <tapegrad/framework/kernels/matmul_onednn.h>
 
 namespace tapegrad::kernels {
 
 namespace {
 
-// C = beta * C, the whole product when k == 0 (an empty sum), which oneDNN's sgemm may not accept.
+// C = beta * C; zero when beta is 0, whatever C held (NaNs too), as in BLAS. The whole product when k == 0 (an
+// empty sum), which oneDNN's sgemm may not accept; float64's kernel accumulates onto C after this.
 template <class T>
 void scale_only(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) {
   for (std::int64_t i = 0; i < m; ++i)
@@ -74,28 +76,8 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, st
           const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c,
           std::int64_t ldc, GemmPath /*path: float64 has one*/) {
   if (m == 0 || n == 0) return;
-  if (k == 0) return scale_only(m, n, beta, c, ldc);
-  using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using Stride = Eigen::OuterStride<>;
-  using ConstMap = Eigen::Map<const Matrix, Eigen::Unaligned, Stride>;
-  // op(A) is m x k: stored as k x m when transposed
-  const ConstMap A(a, transpose_a ? k : m, transpose_a ? m : k, Stride(lda));
-  const ConstMap B(b, transpose_b ? n : k, transpose_b ? k : n, Stride(ldb));
-  Eigen::Map<Matrix, Eigen::Unaligned, Stride> C(c, m, n, Stride(ldc));
-  if (beta == 0.0)
-    C.setZero();
-  else if (beta != 1.0)
-    C *= beta;
-  // Note: C never aliases A or B (the ops always write a fresh tensor or a private partial), so noalias()
-  // is safe and avoids Eigen's temporary.
-  if (!transpose_a && !transpose_b)
-    C.noalias() += alpha * (A * B);
-  else if (!transpose_a)
-    C.noalias() += alpha * (A * B.transpose());
-  else if (!transpose_b)
-    C.noalias() += alpha * (A.transpose() * B);
-  else
-    C.noalias() += alpha * (A.transpose() * B.transpose());
+  if (beta != 1.0) scale_only(m, n, beta, c, ldc);
+  if (k > 0) gemm_f64(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
 }
 
 void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const float* x, const float* w, const float* bias,
@@ -122,9 +104,8 @@ const char* gemm_backend(bool float64) {
     return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
            " matmul and sgemm";
   }();
-  static const std::string eigen = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
-                                   std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION);
-  return float64 ? eigen.c_str() : onednn.c_str();
+  static const std::string own = std::string("tapegrad ") + gemm_f64_kernel();
+  return float64 ? own.c_str() : onednn.c_str();
 }
 
 }  // namespace tapegrad::kernels

@@ -12,8 +12,9 @@ enum class GemmPath { automatic, sgemm, matmul_primitive };
 
 /// C = alpha * op(A) op(B) + beta * C over row-major matrices: op(A) is m x k, op(B) is k x n, C is m x n,
 /// with leading dimensions lda, ldb, ldc (the row strides of A, B and C as stored). float32 runs on oneDNN's
-/// sgemm, which picks its AVX2 / AVX-512 / AMX code from the CPU at run time; float64 on Eigen (oneDNN has
-/// no double GEMM). Threads: up to get_num_threads(), one inside an OpenMP parallel region.
+/// sgemm, which picks its AVX2 / AVX-512 / AMX code from the CPU at run time; float64 on tapegrad's own kernel
+/// (kernels/gemm_f64.h; oneDNN has no double GEMM), which picks its AVX2 / AVX-512 code likewise.
+/// Threads: up to get_num_threads(), one inside an OpenMP parallel region.
 void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
           const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc,
           GemmPath path = GemmPath::automatic);
@@ -34,7 +35,8 @@ void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const double* 
 std::size_t gemm_cache_size();
 std::size_t gemm_cache_capacity();
 
-/// Which library computes each dtype's GEMM ("oneDNN 2.6.3 matmul and sgemm", "Eigen 3.4.0"), for benchmarks and docs.
+/// Which library computes each dtype's GEMM ("oneDNN 2.6.3 matmul and sgemm", "tapegrad AVX-512 8x16"), for
+/// benchmarks and docs.
 const char* gemm_backend(bool float64);
 
 }  // namespace tapegrad::kernels
