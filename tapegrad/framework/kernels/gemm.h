@@ -35,7 +35,7 @@ void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const double* 
 std::size_t gemm_cache_size();
 std::size_t gemm_cache_capacity();
 
-/// Which library computes each dtype's GEMM ("oneDNN 2.6.3 matmul and sgemm", "tapegrad AVX-512 8x16"), for
+/// Which library computes each dtype's GEMM ("oneDNN 2.6.3 matmul and sgemm", "tapegrad AVX-512 8x24"), for
 /// benchmarks and docs.
 const char* gemm_backend(bool float64);
 

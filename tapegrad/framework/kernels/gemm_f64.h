@@ -11,7 +11,7 @@ namespace tapegrad::kernels {
 void gemm_f64(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
               const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, std::int64_t ldc);
 
-/// The micro-kernel this CPU got, e.g. "AVX-512 8x16" (instruction set, rows x columns of C per tile).
+/// The micro-kernel this CPU got, e.g. "AVX-512 8x24" (instruction set, rows x columns of C per tile).
 const char* gemm_f64_kernel();
 
 }  // namespace tapegrad::kernels
