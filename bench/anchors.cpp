@@ -4,7 +4,8 @@
 //     (AVX-512, else AVX2+FMA), measured on 1..N threads;
 //   - raw 1024^3 float32 GEMM of oneDNN (dnnl_sgemm, what tapegrad's kernels call) and of OpenBLAS
 //     (cblas_sgemm from Debian's openblas-openmp, loaded at run time; the library libtorch uses here);
-//   - float64 GEMM of OpenBLAS (cblas_dgemm) and of tapegrad (Eigen), for the float64 matmul row.
+//   - float64 GEMM of OpenBLAS (cblas_dgemm) and of tapegrad (its own kernel, kernels/gemm_f64), for the float64
+//     matmul row.
 //   anchors [--threads N] [--seconds S] [--smoke]
 // Prints `anchor=<name> threads=<n> gflops=<g>` lines (and `openblas_core=<name>`).
 // Note: run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (compare.sh does), or OpenBLAS's anchor is
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
                     dgemm(kRowMajor, kNoTrans, kNoTrans, n, n, n, 1.0, ad.data(), n, bd.data(), n, 0.0, cd.data(), n);
                   }));
   }
-  // tapegrad's float64 matmul (Eigen), through the public op
+  // tapegrad's float64 matmul (kernels/gemm_f64), through the public op
   const tapegrad::Tensor x = tapegrad::ones({n, n}, tapegrad::TensorOptions{}.with_dtype(tapegrad::DType::Float64));
   tapegrad::Tensor y;
   std::printf("anchor=tapegrad_matmul_f64 threads=%d gflops=%.6g\n", threads,
