@@ -1,4 +1,6 @@
-// Thread control. One setting drives both OpenMP and Eigen, so a user never has to tune two knobs.
+// Thread control. One setting drives OpenMP (tapegrad's loops and GEMMs, oneDNN) and Eigen, so a user never has
+// to tune two knobs. Note: Eigen runs no product in the library any more; its process-wide thread count is kept
+// because get_num_threads reads it (omp_set_num_threads only sets the calling thread's value).
 #include <tapegrad/framework/parallel.h>
 
 #include <omp.h>
