@@ -1,7 +1,8 @@
-// The kernels layer's GEMM (oneDNN's sgemm or matmul primitive for float32, tapegrad's kernel for float64) and its Linear
-// forward against a plain triple loop in double: every transpose combination, leading dimensions wider than the
-// rows, alpha and beta, empty dims, each float32 path forced and the automatic rule; the primitive cache's bound
-// and concurrent callers; float64 shapes that cross its packing blocks, and the same bits at any thread count.
+// The kernels layer's GEMM (oneDNN's sgemm or matmul primitive for float32, tapegrad's kernel for float64) and
+// its Linear forward against a plain triple loop in double: every transpose combination, leading dimensions wider
+// than the rows, alpha and beta, empty dims, each float32 path forced and the automatic rule; the primitive cache's
+// bound and concurrent callers; float64 shapes that cross its packing blocks on every tile this CPU runs, the same
+// bits at any thread count, and concurrent float64 callers.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -165,38 +166,50 @@ std::vector<double> fixed_grid(std::int64_t count, std::uint32_t seed) {
   return v;
 }
 
-TEST_CASE("float64 GEMM matches the reference on shapes that cross its packing blocks") {
+// Every tile this CPU runs (all three on an AVX-512 machine in the default build; under qemu, or in a build without
+// dispatch, fewer), called by name.
+TEST_CASE("float64 GEMM matches the reference on shapes that cross its packing blocks, on every tile") {
   struct Shape {
     std::int64_t m, n, k;
   };
-  for (const Shape shape : {Shape{130, 21, 400}, Shape{9, 2060, 19}, Shape{257, 33, 513}, Shape{1, 1, 600}})
-    for (const bool ta : {false, true})
-      for (const bool tb : {false, true}) {
-        const auto [m, n, k] = shape;
-        const std::int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
-        const std::vector<double> a = fixed_grid((ta ? k : m) * lda, 1), b = fixed_grid((tb ? n : k) * ldb, 2);
-        std::vector<double> c(static_cast<std::size_t>(m * ldc), 0.5);
-        const std::vector<double> expected = reference(ta, tb, m, n, k, -0.5, a, lda, b, ldb, 0.25, c, ldc);
-        gemm(ta, tb, m, n, k, -0.5, a.data(), lda, b.data(), ldb, 0.25, c.data(), ldc);
-        INFO("m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb);
-        CHECK(c == expected);
-      }
+  const std::vector<std::string> kernels = tapegrad::kernels::gemm_f64_kernels();
+  REQUIRE(!kernels.empty());
+  CHECK(kernels.front() == tapegrad::kernels::gemm_f64_kernel());
+  for (const std::string& kernel : kernels)
+    for (const Shape shape : {Shape{130, 21, 400}, Shape{9, 2060, 19}, Shape{257, 33, 513}, Shape{1, 1, 600}})
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          const auto [m, n, k] = shape;
+          const std::int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+          const std::vector<double> a = fixed_grid((ta ? k : m) * lda, 1), b = fixed_grid((tb ? n : k) * ldb, 2);
+          std::vector<double> c(static_cast<std::size_t>(m * ldc), 0.5);
+          const std::vector<double> expected = reference(ta, tb, m, n, k, -0.5, a, lda, b, ldb, 1.0, c, ldc);
+          tapegrad::kernels::gemm_f64_on(kernel, ta, tb, m, n, k, -0.5, a.data(), lda, b.data(), ldb, c.data(), ldc);
+          INFO(kernel << ": m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb);
+          CHECK(c == expected);
+        }
+  CHECK_THROWS_WITH(tapegrad::kernels::gemm_f64_on("AVX-1024 1x1", false, false, 1, 1, 1, 1.0, nullptr, 1, nullptr,
+                                                   1, nullptr, 1),
+                    "gemm_f64_on: no float64 kernel 'AVX-1024 1x1' on this CPU and build");
 }
 
-TEST_CASE("float64 GEMM gives the same bits on one thread and on two") {
+TEST_CASE("float64 GEMM gives the same bits on one thread and on two, on every tile") {
   const int original = tapegrad::get_num_threads();
   const std::int64_t m = 300, n = 200, k = 700;  // above the size from which threads share a product
   std::vector<double> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
   // Note: values that round, unlike the grid above, so that a change in the order of the sums would show.
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37 * static_cast<double>(i));
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11 * static_cast<double>(i));
-  std::vector<double> one(static_cast<std::size_t>(m * n)), two(one.size());
-  tapegrad::set_num_threads(1);
-  gemm(false, true, m, n, k, 1.0, a.data(), k, b.data(), k, 0.0, one.data(), n);
-  tapegrad::set_num_threads(2);
-  gemm(false, true, m, n, k, 1.0, a.data(), k, b.data(), k, 0.0, two.data(), n);
+  for (const std::string& kernel : tapegrad::kernels::gemm_f64_kernels()) {
+    std::vector<double> one(static_cast<std::size_t>(m * n), 0.0), two(one.size(), 0.0);
+    tapegrad::set_num_threads(1);
+    tapegrad::kernels::gemm_f64_on(kernel, false, true, m, n, k, 1.0, a.data(), k, b.data(), k, one.data(), n);
+    tapegrad::set_num_threads(2);
+    tapegrad::kernels::gemm_f64_on(kernel, false, true, m, n, k, 1.0, a.data(), k, b.data(), k, two.data(), n);
+    INFO(kernel);
+    CHECK(one == two);
+  }
   tapegrad::set_num_threads(original);
-  CHECK(one == two);
 }
 
 // Note: the float64 kernel packs into per-thread buffers; callers on other threads, each with its own operands,

@@ -11,18 +11,23 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <tapegrad/framework/detail/parallel_loop.h>
+#include <tapegrad/framework/error.h>
 
 namespace tapegrad::kernels {
 
 namespace {
 
 constexpr std::int64_t kDepth = 384;      // k extent of a packed pair of blocks (A's block stays in L2)
-constexpr std::int64_t kRowTarget = 128;  // rows of op(A) per packed block, rounded down to a multiple of MR
+constexpr std::int64_t kRowTarget = 128;  // rows of op(A) per packed block, about (even blocks of whole tiles)
 constexpr std::int64_t kColTarget = 2048;  // columns of op(B) per packed block, rounded down to a multiple of NR
-constexpr std::int64_t kParallelWork = std::int64_t{1} << 18;  // m * n * k from which threads share a product
+// Note: m * n * k from which threads share a product. Below it a second thread did not pay (2026-12-06,
+// bench/gemm_f64_tiles, AVX-512 tile): 64^3 ran at 55-67 GFLOP/s on one thread and 27-30 on two, 128^3 at
+// 68-76 either way; 256^3 at 82-89 on one, 108-117 on two.
+constexpr std::int64_t kParallelWork = std::int64_t{1} << 22;
 
 // One operand as the product reads it: op(X)(i, j).
 struct Operand {
@@ -121,18 +126,21 @@ Kernel kernel_of(void (*tiles)(const Block&), const char* name) {
   return {tiles, T::rows, T::vectors * T::lanes, name};
 }
 
+// Every kernel this CPU and build can run, best first.
 // Note: the same condition as TAPEGRAD_DISPATCH (kernels/dispatch.h). A tile shape per instruction set needs
-// three functions rather than three clones of one, and the CPU check is made once, at the first product.
+// three functions rather than three clones of one, and the CPU is checked once, at the first product.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(TAPEGRAD_NO_DISPATCH)
 __attribute__((target("arch=x86-64-v4"))) void tiles_avx512(const Block& block) { block_tiles<Avx512Tile>(block); }
 __attribute__((target("arch=x86-64-v3"))) void tiles_avx2(const Block& block) { block_tiles<Avx2Tile>(block); }
 void tiles_sse2(const Block& block) { block_tiles<Sse2Tile>(block); }
 
-Kernel choose_kernel() {
+std::vector<Kernel> find_kernels() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return kernel_of<Avx512Tile>(tiles_avx512, "AVX-512 8x24");
-  if (__builtin_cpu_supports("x86-64-v3")) return kernel_of<Avx2Tile>(tiles_avx2, "AVX2 6x8");
-  return kernel_of<Sse2Tile>(tiles_sse2, "SSE2 4x4");
+  std::vector<Kernel> found;
+  if (__builtin_cpu_supports("x86-64-v4")) found.push_back(kernel_of<Avx512Tile>(tiles_avx512, "AVX-512 8x24"));
+  if (__builtin_cpu_supports("x86-64-v3")) found.push_back(kernel_of<Avx2Tile>(tiles_avx2, "AVX2 6x8"));
+  found.push_back(kernel_of<Sse2Tile>(tiles_sse2, "SSE2 4x4"));
+  return found;
 }
 #else
 // One copy, for the instruction set the compiler targets (a native, sanitizer or fuzz build, or clang).
@@ -147,12 +155,12 @@ using BuiltTile = Sse2Tile;
 constexpr const char* kBuiltName = "SSE2 4x4";
 #endif
 void tiles_built(const Block& block) { block_tiles<BuiltTile>(block); }
-Kernel choose_kernel() { return kernel_of<BuiltTile>(tiles_built, kBuiltName); }
+std::vector<Kernel> find_kernels() { return {kernel_of<BuiltTile>(tiles_built, kBuiltName)}; }
 #endif
 
-const Kernel& kernel() {
-  static const Kernel chosen = choose_kernel();
-  return chosen;
+const std::vector<Kernel>& kernels() {
+  static const std::vector<Kernel> found = find_kernels();
+  return found;
 }
 
 // Rows [i0, i0 + rows) and depth [p0, p0 + kc) of op(A) in panels of mr rows, zero-padded to whole panels.
@@ -199,17 +207,19 @@ double* thread_buffer(std::vector<double>& buffer, std::int64_t count) {
 
 thread_local std::vector<double> packed_a_buffer, packed_b_buffer;
 
-}  // namespace
-
-void gemm_f64(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
-              const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, std::int64_t ldc) {
-  const Kernel& kern = kernel();
+// The product on one kernel.
+void run(const Kernel& kern, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+         double alpha, const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
+         std::int64_t ldc) {
   const Operand op_a{a, lda, transpose_a}, op_b{b, ldb, transpose_b};
-  const std::int64_t row_block = kRowTarget / kern.mr * kern.mr, col_block = kColTarget / kern.nr * kern.nr;
+  const std::int64_t col_block = kColTarget / kern.nr * kern.nr;
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const bool threaded = detail::use_threads(work >= kParallelWork ? kParallelWork : 0, kParallelWork);
   const std::int64_t threads = threaded ? omp_get_max_threads() : 1;
-  const std::int64_t row_blocks = (m + row_block - 1) / row_block;
+  // Note: blocks of nearly equal height (a multiple of MR, at most kRowTarget rows), so that threads get equal
+  // shares: 128 rows on the 6-row tile are 66 + 62, not 126 + 2.
+  const std::int64_t row_blocks = (m + kRowTarget - 1) / kRowTarget;
+  const std::int64_t row_block = ((m + row_blocks - 1) / row_blocks + kern.mr - 1) / kern.mr * kern.mr;
   for (std::int64_t j0 = 0; j0 < n; j0 += col_block) {
     const std::int64_t cols = std::min(col_block, n - j0), panels = (cols + kern.nr - 1) / kern.nr;
     // Note: with fewer row blocks than threads, each row block's columns are split too (A is packed once per
@@ -226,7 +236,7 @@ void gemm_f64(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n
         const std::int64_t piece = unit % pieces;
         const std::int64_t first = piece * panels / pieces * kern.nr,
                            last = std::min(cols, (piece + 1) * panels / pieces * kern.nr);
-        if (first >= last) return;
+        if (rows <= 0 || first >= last) return;  // rounding the blocks up to MR rows can leave the last one empty
         double* packed_a = thread_buffer(packed_a_buffer, (rows + kern.mr - 1) / kern.mr * kern.mr * kc);
         pack_a(op_a, i0, rows, p0, kc, kern.mr, packed_a);
         kern.tiles(Block{packed_a, packed_b + first * kc, kc, rows, last - first, alpha, c + i0 * ldc + j0 + first,
@@ -248,6 +258,28 @@ void gemm_f64(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n
   }
 }
 
-const char* gemm_f64_kernel() { return kernel().name; }
+}  // namespace
+
+void gemm_f64(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
+              const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, std::int64_t ldc) {
+  run(kernels().front(), transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+}
+
+void gemm_f64_on(const std::string& kernel, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n,
+                 std::int64_t k, double alpha, const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
+                 double* c, std::int64_t ldc) {
+  for (const Kernel& candidate : kernels())
+    if (candidate.name == kernel)
+      return run(candidate, transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+  fail("gemm_f64_on: no float64 kernel '{}' on this CPU and build", kernel);
+}
+
+const char* gemm_f64_kernel() { return kernels().front().name; }
+
+std::vector<std::string> gemm_f64_kernels() {
+  std::vector<std::string> names;
+  for (const Kernel& kern : kernels()) names.emplace_back(kern.name);
+  return names;
+}
 
 }  // namespace tapegrad::kernels
