@@ -199,7 +199,7 @@ void pack_b_panel(const Operand& b, std::int64_t p0, std::int64_t kc, std::int64
 }
 
 // The calling thread's packing buffer, grown to at least `count` doubles. Note: bounded by the block sizes
-// (kDepth x kColTarget for B, kDepth x kRowTarget for A), and kept for the thread's next product.
+// (kDepth x kColTarget for B, kDepth x about kRowTarget for A), and kept for the thread's next product.
 double* thread_buffer(std::vector<double>& buffer, std::int64_t count) {
   if (buffer.size() < static_cast<std::size_t>(count)) buffer.resize(static_cast<std::size_t>(count));
   return buffer.data();
@@ -216,8 +216,8 @@ void run(const Kernel& kern, bool transpose_a, bool transpose_b, std::int64_t m,
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const bool threaded = detail::use_threads(work >= kParallelWork ? kParallelWork : 0, kParallelWork);
   const std::int64_t threads = threaded ? omp_get_max_threads() : 1;
-  // Note: blocks of nearly equal height (a multiple of MR, at most kRowTarget rows), so that threads get equal
-  // shares: 128 rows on the 6-row tile are 66 + 62, not 126 + 2.
+  // Note: blocks of nearly equal height (whole tiles of MR rows, about kRowTarget rows at most), so that threads
+  // get equal shares: 130 rows on the 8-row tile are 72 + 58, not 128 + 2.
   const std::int64_t row_blocks = (m + kRowTarget - 1) / kRowTarget;
   const std::int64_t row_block = ((m + row_blocks - 1) / row_blocks + kern.mr - 1) / kern.mr * kern.mr;
   for (std::int64_t j0 = 0; j0 < n; j0 += col_block) {
