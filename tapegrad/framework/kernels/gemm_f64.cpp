@@ -163,39 +163,23 @@ const std::vector<Kernel>& kernels() {
   return found;
 }
 
-// Rows [i0, i0 + rows) and depth [p0, p0 + kc) of op(A) in panels of mr rows, zero-padded to whole panels.
-void pack_a(const Operand& a, std::int64_t i0, std::int64_t rows, std::int64_t p0, std::int64_t kc, std::int64_t mr,
-            double* out) {
-  for (std::int64_t r = 0; r < rows; r += mr) {
-    const std::int64_t height = std::min(mr, rows - r);
-    double* panel = out + r * kc;
-    // Note: each branch reads along contiguous memory in its inner loop.
-    if (a.transposed) {
-      for (std::int64_t p = 0; p < kc; ++p)
-        for (std::int64_t ii = 0; ii < height; ++ii) panel[p * mr + ii] = a(i0 + r + ii, p0 + p);
-    } else {
-      for (std::int64_t ii = 0; ii < height; ++ii)
-        for (std::int64_t p = 0; p < kc; ++p) panel[p * mr + ii] = a(i0 + r + ii, p0 + p);
-    }
-    for (std::int64_t p = 0; p < kc; ++p)
-      for (std::int64_t ii = height; ii < mr; ++ii) panel[p * mr + ii] = 0.0;
-  }
-}
-
-// Panel `s` (columns [j0 + s * nr, + nr), zero-padded past `cols`) of depth [p0, p0 + kc) of op(B).
-void pack_b_panel(const Operand& b, std::int64_t p0, std::int64_t kc, std::int64_t j0, std::int64_t cols,
-                  std::int64_t nr, std::int64_t s, double* out) {
-  double* panel = out + s * nr * kc;
-  const std::int64_t first = s * nr, width = std::min(nr, cols - first);
-  if (b.transposed) {
-    for (std::int64_t jj = 0; jj < width; ++jj)
-      for (std::int64_t p = 0; p < kc; ++p) panel[p * nr + jj] = b(p0 + p, j0 + first + jj);
+// Panel `s` of a packed block: lines [first + s * width, + width) of `x` (zero-padded past `lines` lines) over
+// depth [p0, p0 + kc), line jj at depth p stored at out[s * width * kc + p * width + jj]. x(p, line) reads the
+// operand along its depth: op(B) as it is (lines are columns), op(A) transposed (lines are rows).
+void pack_panel(const Operand& x, std::int64_t p0, std::int64_t kc, std::int64_t first, std::int64_t lines,
+                std::int64_t width, std::int64_t s, double* out) {
+  double* panel = out + s * width * kc;
+  const std::int64_t start = first + s * width, filled = std::min(width, first + lines - start);
+  // Note: each branch reads along contiguous memory in its inner loop.
+  if (x.transposed) {
+    for (std::int64_t jj = 0; jj < filled; ++jj)
+      for (std::int64_t p = 0; p < kc; ++p) panel[p * width + jj] = x(p0 + p, start + jj);
   } else {
     for (std::int64_t p = 0; p < kc; ++p)
-      for (std::int64_t jj = 0; jj < width; ++jj) panel[p * nr + jj] = b(p0 + p, j0 + first + jj);
+      for (std::int64_t jj = 0; jj < filled; ++jj) panel[p * width + jj] = x(p0 + p, start + jj);
   }
   for (std::int64_t p = 0; p < kc; ++p)
-    for (std::int64_t jj = width; jj < nr; ++jj) panel[p * nr + jj] = 0.0;
+    for (std::int64_t jj = filled; jj < width; ++jj) panel[p * width + jj] = 0.0;
 }
 
 // The calling thread's packing buffer, grown to at least `count` doubles. Note: bounded by the block sizes
@@ -211,10 +195,11 @@ thread_local std::vector<double> packed_a_buffer, packed_b_buffer;
 void run(const Kernel& kern, bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
          double alpha, const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
          std::int64_t ldc) {
-  const Operand op_a{a, lda, transpose_a}, op_b{b, ldb, transpose_b};
+  // op(A) is read along its depth as op(A)^T, so that one packing routine serves both operands.
+  const Operand a_by_depth{a, lda, !transpose_a}, op_b{b, ldb, transpose_b};
   const std::int64_t col_block = kColTarget / kern.nr * kern.nr;
   const double work = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool threaded = detail::use_threads(work >= kParallelWork ? kParallelWork : 0, kParallelWork);
+  const bool threaded = detail::use_threads(static_cast<std::int64_t>(std::min(work, 1e18)), kParallelWork);
   const std::int64_t threads = threaded ? omp_get_max_threads() : 1;
   // Note: blocks of nearly equal height (whole tiles of MR rows, about kRowTarget rows at most), so that threads
   // get equal shares: 130 rows on the 8-row tile are 72 + 58, not 128 + 2.
@@ -230,7 +215,7 @@ void run(const Kernel& kern, bool transpose_a, bool transpose_b, std::int64_t m,
     for (std::int64_t p0 = 0; p0 < k; p0 += kDepth) {
       const std::int64_t kc = std::min(kDepth, k - p0);
       double* packed_b = thread_buffer(packed_b_buffer, panels * kern.nr * kc);
-      auto pack_b = [&](std::int64_t s) { pack_b_panel(op_b, p0, kc, j0, cols, kern.nr, s, packed_b); };
+      auto pack_b = [&](std::int64_t s) { pack_panel(op_b, p0, kc, j0, cols, kern.nr, s, packed_b); };
       auto compute = [&](std::int64_t unit) {
         const std::int64_t i0 = unit / pieces * row_block, rows = std::min(row_block, m - i0);
         const std::int64_t piece = unit % pieces;
@@ -238,22 +223,13 @@ void run(const Kernel& kern, bool transpose_a, bool transpose_b, std::int64_t m,
                            last = std::min(cols, (piece + 1) * panels / pieces * kern.nr);
         if (rows <= 0 || first >= last) return;  // rounding the blocks up to MR rows can leave the last one empty
         double* packed_a = thread_buffer(packed_a_buffer, (rows + kern.mr - 1) / kern.mr * kern.mr * kc);
-        pack_a(op_a, i0, rows, p0, kc, kern.mr, packed_a);
+        for (std::int64_t r = 0; r * kern.mr < rows; ++r)
+          pack_panel(a_by_depth, p0, kc, i0, rows, kern.mr, r, packed_a);
         kern.tiles(Block{packed_a, packed_b + first * kc, kc, rows, last - first, alpha, c + i0 * ldc + j0 + first,
                          ldc});
       };
-      if (threaded) {
-#pragma omp parallel
-        {
-#pragma omp for schedule(static)
-          for (std::int64_t s = 0; s < panels; ++s) pack_b(s);
-#pragma omp for schedule(static)
-          for (std::int64_t unit = 0; unit < units; ++unit) compute(unit);
-        }
-      } else {
-        for (std::int64_t s = 0; s < panels; ++s) pack_b(s);
-        for (std::int64_t unit = 0; unit < units; ++unit) compute(unit);
-      }
+      detail::parallel_for(panels, threaded, pack_b);
+      detail::parallel_for(units, threaded, compute);
     }
   }
 }
