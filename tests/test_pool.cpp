@@ -259,6 +259,31 @@ TEST_CASE("the 2x2 max pool matches a direct one with ties, NaNs and odd sizes, 
     for (std::size_t k = 0; k < gy.size(); ++k)
       expected[k / out_plane * static_cast<std::size_t>(h * w) + static_cast<std::size_t>(where[k])] += gy[k];
     RC_ASSERT(input.grad().to_vector() == expected);
+
+    // max_pool2d without indices saves the same argmax (as taps): same values, same gradient.
+    const Tensor again = from_vector(x, {n, c, h, w}, TensorOptions{}.with_dtype(dtype).with_requires_grad());
+    const Tensor z = max_pool2d(again, 2, 2, 0, 1, ceil_mode);
+    RC_ASSERT(same_values(z.to_vector(), values));
+    z.backward(from_vector(gy, z.shape(), TensorOptions{}.with_dtype(dtype)));
+    RC_ASSERT(again.grad().to_vector() == expected);
+  });
+}
+
+TEST_CASE("max_pool2d over disjoint 2x2 windows: gradients and second derivatives match finite differences") {
+  // The usual CNN pool saves a one-byte tap per window instead of an index; its scatter and gather are their own
+  // code, so they get the checks the general windows get above (which draw this geometry only rarely).
+  rc::prop("gradcheck and gradgradcheck, kernel 2, stride 2", [] {
+    const std::int64_t n = *rc::gen::inRange<std::int64_t>(1, 3), c = *rc::gen::inRange<std::int64_t>(1, 3);
+    const std::int64_t h = *rc::gen::inRange<std::int64_t>(2, 12), w = *rc::gen::inRange<std::int64_t>(2, 12);
+    const bool ceil_mode = *rc::gen::arbitrary<bool>();
+    const Tensor x = *distinct_tensor({n, c, h, w});
+    const auto pool = [ceil_mode](const Tensor& v) { return max_pool2d(v, 2, 2, 0, 1, ceil_mode); };
+    TAPEGRAD_RC_GRADCHECK(([&pool](const std::vector<Tensor>& v) { return pool(v[0]); }), (std::vector<Tensor>{x}));
+    TAPEGRAD_RC_GRADGRADCHECK(([&pool](const std::vector<Tensor>& v) {
+                                const Tensor y = pool(v[0]);
+                                return y * y;
+                              }),
+                              (std::vector<Tensor>{x}));
   });
 }
 

@@ -21,7 +21,7 @@ template <>
 struct Chunk<8> {
   typedef float Floats __attribute__((vector_size(32)));
   typedef std::int32_t Ints __attribute__((vector_size(32)));
-  typedef std::int64_t Longs __attribute__((vector_size(64)));
+  typedef std::uint8_t Bytes __attribute__((vector_size(8)));
   static constexpr Ints even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
   static constexpr Ints low_pairs = {0, 8, 1, 9, 2, 10, 3, 11}, high_pairs = {4, 12, 5, 13, 6, 14, 7, 15};
 };
@@ -30,7 +30,7 @@ template <>
 struct Chunk<4> {
   typedef float Floats __attribute__((vector_size(16)));
   typedef std::int32_t Ints __attribute__((vector_size(16)));
-  typedef std::int64_t Longs __attribute__((vector_size(32)));
+  typedef std::uint8_t Bytes __attribute__((vector_size(4)));
   static constexpr Ints even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
   static constexpr Ints low_pairs = {0, 4, 1, 5}, high_pairs = {2, 6, 3, 7};
 };
@@ -66,11 +66,10 @@ template <class V, class E>
   std::memcpy(p, &v, sizeof v);
 }
 
-// Windows j0 .. j0 + Lanes - 1 of the row pair (top, top + width); `base` is top's offset in the plane.
-// Ors the lanes' NaN mask into `nan`.
+// Windows j0 .. j0 + Lanes - 1 of the row pair (top, top + width). Ors the lanes' NaN mask into `nan`.
 template <int Lanes>
-[[gnu::always_inline]] inline void pool_chunk(const float* top, std::int64_t width, std::int64_t base, std::int64_t j0,
-                                              float* out, std::int64_t* indices, typename Chunk<Lanes>::Ints& nan) {
+[[gnu::always_inline]] inline void pool_chunk(const float* top, std::int64_t width, std::int64_t j0, float* out,
+                                              std::uint8_t* taps, typename Chunk<Lanes>::Ints& nan) {
   using C = Chunk<Lanes>;
   using F = typename C::Floats;
   using I = typename C::Ints;
@@ -88,29 +87,27 @@ template <int Lanes>
   const I take_b = b > a, take_d = d > c;
   const F upper = take_b ? b : a, lower = take_d ? d : c;
   const I take_lower = lower > upper;
-  const I tap = take_lower ? static_cast<std::int32_t>(width) - take_d : -take_b;  // 0, 1, width or width + 1
-  const I column = C::even;                                                         // 2 * (j - j0)
+  const I tap = take_lower ? 2 - take_d : -take_b;  // 0, 1, 2 or 3
   store(out + j0, take_lower ? lower : upper);
-  store(indices + j0, __builtin_convertvector(column + tap, typename C::Longs) + (base + 2 * j0));
+  store(taps + j0, __builtin_convertvector(tap, typename C::Bytes));
   nan |= (a != a) | (b != b) | (c != c) | (d != d);
 }
 
 // g's windows j0 .. j0 + Lanes - 1 spread over the row pair (top, top + width) of dx.
 template <int Lanes>
-[[gnu::always_inline]] inline void unpool_chunk(const float* g, const std::int64_t* indices, std::int64_t width,
-                                                std::int64_t base, std::int64_t j0, float* top) {
+[[gnu::always_inline]] inline void unpool_chunk(const float* g, const std::uint8_t* taps, std::int64_t width,
+                                                std::int64_t j0, float* top) {
   using C = Chunk<Lanes>;
   using F = typename C::Floats;
   using I = typename C::Ints;
   F grad;
-  typename C::Longs index;
+  typename C::Bytes tap_bytes;
   load(grad, g + j0);
-  load(index, indices + j0);
-  const I tap = __builtin_convertvector(index - (base + 2 * j0), I) - C::even;
+  load(tap_bytes, taps + j0);
+  const I tap = __builtin_convertvector(tap_bytes, I);
   const F zero = {};
-  const auto w = static_cast<std::int32_t>(width);
   const F a = tap == 0 ? grad : zero, b = tap == 1 ? grad : zero;
-  const F c = tap == w ? grad : zero, d = tap == w + 1 ? grad : zero;
+  const F c = tap == 2 ? grad : zero, d = tap == 3 ? grad : zero;
   float* upper_row = top + 2 * j0;
   store(upper_row, TAPEGRAD_SHUFFLE(a, b, C::low_pairs));
   store(upper_row + Lanes, TAPEGRAD_SHUFFLE(a, b, C::high_pairs));
@@ -128,11 +125,11 @@ template <int Lanes, class F>
 
 template <int Lanes>
 [[gnu::always_inline]] inline bool pool_rows(const float* x, std::int64_t width, std::int64_t oh, std::int64_t ow,
-                                             float* out, std::int64_t* indices) {
+                                             float* out, std::uint8_t* taps) {
   typename Chunk<Lanes>::Ints nan = {};
   for (std::int64_t i = 0; i < oh; ++i)
     for_chunks<Lanes>(ow, [&](std::int64_t j0) {
-      pool_chunk<Lanes>(x + 2 * i * width, width, 2 * i * width, j0, out + i * ow, indices + i * ow, nan);
+      pool_chunk<Lanes>(x + 2 * i * width, width, j0, out + i * ow, taps + i * ow, nan);
     });
   for (int k = 0; k < Lanes; ++k)
     if (nan[k]) return false;
@@ -140,11 +137,11 @@ template <int Lanes>
 }
 
 template <int Lanes>
-[[gnu::always_inline]] inline void unpool_rows(const float* g, const std::int64_t* indices, std::int64_t width,
+[[gnu::always_inline]] inline void unpool_rows(const float* g, const std::uint8_t* taps, std::int64_t width,
                                                std::int64_t oh, std::int64_t ow, float* dx) {
   for (std::int64_t i = 0; i < oh; ++i)
     for_chunks<Lanes>(ow, [&](std::int64_t j0) {
-      unpool_chunk<Lanes>(g + i * ow, indices + i * ow, width, 2 * i * width, j0, dx + 2 * i * width);
+      unpool_chunk<Lanes>(g + i * ow, taps + i * ow, width, j0, dx + 2 * i * width);
     });
 }
 
@@ -152,17 +149,17 @@ template <int Lanes>
 
 TAPEGRAD_DISPATCH
 bool max_pool_2x2_plane(const float* x, std::int64_t width, std::int64_t oh, std::int64_t ow, float* out,
-                        std::int64_t* indices) {
-  return ow >= 8 ? pool_rows<8>(x, width, oh, ow, out, indices) : pool_rows<4>(x, width, oh, ow, out, indices);
+                        std::uint8_t* taps) {
+  return ow >= 8 ? pool_rows<8>(x, width, oh, ow, out, taps) : pool_rows<4>(x, width, oh, ow, out, taps);
 }
 
 TAPEGRAD_DISPATCH
-void max_pool_2x2_plane_backward(const float* g, const std::int64_t* indices, std::int64_t h, std::int64_t width,
+void max_pool_2x2_plane_backward(const float* g, const std::uint8_t* taps, std::int64_t h, std::int64_t width,
                                  std::int64_t oh, std::int64_t ow, float* dx) {
   if (ow >= 8)
-    unpool_rows<8>(g, indices, width, oh, ow, dx);
+    unpool_rows<8>(g, taps, width, oh, ow, dx);
   else
-    unpool_rows<4>(g, indices, width, oh, ow, dx);
+    unpool_rows<4>(g, taps, width, oh, ow, dx);
   // What no window covers: a last column when width is odd (or the pool stops short), a last row likewise.
   if (2 * ow < width)
     for (std::int64_t r = 0; r < 2 * oh; ++r)

@@ -1,0 +1,355 @@
+// Max pooling. It saves the argmax of each window; its gradient is a scatter by that argmax and the scatter's
+// gradient is the matching gather, so every order of derivative is one of the two. Disjoint 2x2 windows (the
+// usual CNN's pool) save the argmax as a one-byte tap, every other window as an int64 index in the plane.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/parallel_loop.h>
+#include <tapegrad/framework/kernels/max_pool_2x2.h>
+#include <tapegrad/framework/ops/detail/pool_shape.h>
+#include <tapegrad/framework/ops/pool.h>
+#include <tapegrad/framework/storage.h>
+
+namespace tapegrad {
+
+namespace {
+
+using detail::check_pool;
+using detail::Planes;
+using detail::planes_of;
+using detail::PoolGeometry;
+using detail::with_batch;
+constexpr std::int64_t kParallelWork = detail::kPoolParallelWork;
+
+// Whether the float32 kernels of kernels/max_pool_2x2 take a plane of disjoint 2x2 windows: rows of at least 4
+// windows (its narrowest chunk).
+bool vector_pool_fits(std::int64_t out_width) { return out_width >= 4; }
+
+// The kernel taps [first, last) of each output position along one dim that land inside the input.
+struct TapRange {
+  std::vector<std::int64_t> first, last;
+};
+TapRange valid_taps(std::int64_t size, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+                    std::int64_t padding, std::int64_t dilation) {
+  TapRange r;
+  for (std::int64_t i = 0; i < out; ++i) {
+    std::int64_t first = 0, last = kernel;
+    while (first < kernel && i * stride - padding + first * dilation < 0) ++first;
+    while (last > first && i * stride - padding + (last - 1) * dilation >= size) --last;
+    r.first.push_back(first);
+    r.last.push_back(last);
+  }
+  return r;
+}
+
+// The argmax of a disjoint 2x2 window is saved as its tap: 0 top-left, 1 top-right, 2 bottom-left, 3
+// bottom-right. Note: one byte per output instead of an int64 index: the index was 3.2 MB of the forward's
+// writes and the backward's reads per 64x32x28x28 pool, about a quarter of each pass's memory traffic.
+using Taps = std::shared_ptr<const Storage>;
+
+// Where tap `tap` of output j (of a plane out_width wide) lies in its input plane (row stride `width`).
+std::int64_t tap_offset(std::int64_t j, std::int64_t out_width, std::int64_t width, std::uint8_t tap) {
+  return (2 * (j / out_width) + (tap >> 1)) * width + 2 * (j % out_width) + (tap & 1);
+}
+
+// The 2x2 window (oh, ow) with the four taps written out. Returns false for a window holding a NaN, which the
+// general loop then handles.
+template <class T>
+bool max_pool_2x2(const T* src, std::int64_t width, std::int64_t oh, std::int64_t ow, T& best, std::uint8_t& tap) {
+  const std::int64_t top = 2 * oh * width + 2 * ow, bottom = top + width;
+  const T a = src[top], b = src[top + 1], c = src[bottom], d = src[bottom + 1];
+  if ((a != a) | (b != b) | (c != c) | (d != d)) return false;
+  best = a;
+  tap = 0;
+  bool take = b > best;
+  best = take ? b : best;
+  tap = take ? 1 : tap;
+  take = c > best;
+  best = take ? c : best;
+  tap = take ? 2 : tap;
+  take = d > best;
+  best = take ? d : best;
+  tap = take ? 3 : tap;
+  return true;
+}
+
+// One output row of the 2x2 fast path, branch-free so that it vectorises (the per-window version compiled
+// to a mispredicted branch). Returns false when some window of the row holds a NaN; the caller then redoes
+// the row window by window, which applies PyTorch's NaN rule.
+template <class T>
+bool max_pool_2x2_row(const T* src, std::int64_t width, std::int64_t oh, std::int64_t out_width, T* __restrict out,
+                      std::uint8_t* __restrict taps) {
+  const T* top = src + 2 * oh * width;
+  const T* bottom = top + width;
+  int saw_nan = 0;  // Note: an int, not a bool: GCC 12 does not vectorise a bool | reduction
+#pragma omp simd reduction(| : saw_nan)
+  for (std::int64_t ow = 0; ow < out_width; ++ow) {
+    const T a = top[2 * ow], b = top[2 * ow + 1], c = bottom[2 * ow], d = bottom[2 * ow + 1];
+    saw_nan |= ((a != a) | (b != b) | (c != c) | (d != d)) ? 1 : 0;
+    // Note: the first maximum of each pair, then the lower pair only if strictly greater: without NaNs that
+    // is the first maximum in the general loop's tap order (a, b, c, d).
+    // Note: the selections are max instructions and 0/1 integers, not ternaries: the rows are 14 and 7 wide
+    // in the usual CNN, shorter than a 16-float vector, so they run in the loop's scalar epilogue, where GCC
+    // compiled the ternaries to branches that random data mispredicts (19% of cnn training was this loop).
+    const int take_b = b > a, take_d = d > c;
+    const T upper = std::max(a, b), lower = std::max(c, d);
+    const int take_lower = lower > upper;
+    out[ow] = std::max(upper, lower);
+    taps[ow] = static_cast<std::uint8_t>(take_b + take_lower * (2 + take_d - take_b));
+  }
+  return saw_nan == 0;
+}
+
+// Which windows a pool has. Note: the disjoint 2x2 windows (kernel 2, stride 2, no padding, dilation 1, none
+// hanging over the edge) have fast forward paths, save taps instead of indices, and let the float32 gradient
+// write each input position once, with no zero fill first.
+enum class PoolWindows { general, disjoint_2x2 };
+
+PoolWindows windows_of(const Planes& in, const PoolGeometry& g, IntPair kernel, IntPair stride, IntPair padding,
+                       IntPair dilation) {
+  // Note: in ceil mode the last 2x2 window may hang over the edge; the fast paths need all four taps.
+  const bool two_by_two = kernel == IntPair(2) && stride == IntPair(2) && padding == IntPair(0) &&
+                          dilation == IntPair(1) && 2 * g.oh <= in.h && 2 * g.ow <= in.w;
+  return two_by_two ? PoolWindows::disjoint_2x2 : PoolWindows::general;
+}
+
+// Pools every plane. Disjoint 2x2 windows write each argmax as a tap to `taps`, others as an offset in the plane
+// to `indices` (the other pointer is null).
+template <class T>
+void max_pool_kernel(const T* x, T* out, std::int64_t* indices, std::uint8_t* taps, const Planes& in,
+                     const PoolGeometry& g, IntPair kernel, IntPair stride, IntPair padding, IntPair dilation,
+                     PoolWindows windows) {
+  const std::int64_t out_plane = g.oh * g.ow;
+  const TapRange rows = valid_taps(in.h, g.oh, kernel.h, stride.h, padding.h, dilation.h);
+  const TapRange cols = valid_taps(in.w, g.ow, kernel.w, stride.w, padding.w, dilation.w);
+  const bool two_by_two = windows == PoolWindows::disjoint_2x2;
+  const bool threaded = detail::use_threads(in.count * out_plane * kernel.h * kernel.w, kParallelWork);
+  detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
+    const T* src = x + p * in.h * in.w;
+    T* plane_out = out + p * out_plane;
+    std::uint8_t* plane_taps = two_by_two ? taps + p * out_plane : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (two_by_two && vector_pool_fits(g.ow) &&
+          kernels::max_pool_2x2_plane(src, in.w, g.oh, g.ow, plane_out, plane_taps))
+        return;
+    }
+    for (std::int64_t oh = 0; oh < g.oh; ++oh) {
+      if (two_by_two && max_pool_2x2_row(src, in.w, oh, g.ow, plane_out + oh * g.ow, plane_taps + oh * g.ow))
+        continue;
+      for (std::int64_t ow = 0; ow < g.ow; ++ow) {
+        const std::int64_t j = oh * g.ow + ow;
+        if (two_by_two && max_pool_2x2(src, in.w, oh, ow, plane_out[j], plane_taps[j])) continue;
+        const std::int64_t h0 = oh * stride.h - padding.h, w0 = ow * stride.w - padding.w;
+        T best = -std::numeric_limits<T>::infinity();
+        std::int64_t best_index = (h0 + rows.first[oh] * dilation.h) * in.w + w0 + cols.first[ow] * dilation.w;
+        bool saw_nan = false;
+        // Note: strict '>' keeps the first maximum. The loop is written so that it compiles to max and
+        // conditional moves: on random data a branch here is mispredicted half the time.
+        for (std::int64_t ki = rows.first[oh]; ki < rows.last[oh]; ++ki)
+          for (std::int64_t kj = cols.first[ow]; kj < cols.last[ow]; ++kj) {
+            const std::int64_t at = (h0 + ki * dilation.h) * in.w + w0 + kj * dilation.w;
+            const T v = src[at];
+            const bool take = v > best;
+            saw_nan |= v != v;
+            best = take ? v : best;
+            best_index = take ? at : best_index;
+          }
+        if (saw_nan) {
+          // PyTorch's rule, for the rare window holding a NaN: every NaN wins over what came before it.
+          for (std::int64_t ki = rows.first[oh]; ki < rows.last[oh]; ++ki)
+            for (std::int64_t kj = cols.first[ow]; kj < cols.last[ow]; ++kj) {
+              const std::int64_t at = (h0 + ki * dilation.h) * in.w + w0 + kj * dilation.w;
+              if (std::isnan(src[at])) best = src[at], best_index = at;
+            }
+        }
+        plane_out[j] = best;
+        if (two_by_two)
+          plane_taps[j] = static_cast<std::uint8_t>(2 * (best_index / in.w - 2 * oh) + best_index % in.w - 2 * ow);
+        else
+          indices[p * out_plane + j] = best_index;
+      }
+    }
+  });
+}
+
+// The int64 indices (flattened within each plane, as PyTorch returns them) of saved taps.
+Tensor indices_of_taps(const Taps& taps, const Shape& out_shape, std::int64_t width) {
+  Tensor indices = empty(out_shape, DType::Int64);
+  const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
+  std::int64_t* index = indices.data<std::int64_t>();
+  const std::int64_t out_width = out_shape[3], out_plane = out_shape[2] * out_width;
+  for (std::int64_t k = 0; k < indices.numel(); ++k) index[k] = tap_offset(k % out_plane, out_width, width, tap[k]);
+  return indices;
+}
+
+// ---- the gradient of max pooling: a scatter by the saved argmax, whose gradient is the matching gather ----
+
+Tensor gather_planes(const Tensor& x, const Tensor& indices);
+Tensor gather_taps(const Tensor& x, const Taps& taps, const Shape& out_shape);
+
+// dx[plane][indices[plane][j]] += grad[plane][j].
+Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Shape& input_shape) {
+  const Tensor grad = grad_in.contiguous(), indices = indices_in.contiguous();
+  const Planes in = planes_of(input_shape);
+  const std::int64_t out_plane = indices.size(2) * indices.size(3);
+  const bool threaded = detail::use_threads(indices.numel(), kParallelWork);
+  Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
+  detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = grad.data<T>();
+    const std::int64_t* index = indices.data<std::int64_t>();
+    T* d = dx.data<T>();
+    detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
+      for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) d[p * in.h * in.w + index[j]] += g[j];
+    });
+  });
+  return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d_backward")](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{gather_planes(g, saved.get())};
+    };
+  });
+}
+
+// out[plane][j] = x[plane][indices[plane][j]]: the adjoint of scatter_planes.
+Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
+  const Tensor x = x_in.contiguous(), indices = indices_in.contiguous();
+  const Planes in = planes_of(x.shape());
+  const std::int64_t out_plane = indices.size(2) * indices.size(3);
+  Tensor out = empty(indices.shape(), x.dtype());
+  detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = x.data<T>();
+    const std::int64_t* index = indices.data<std::int64_t>();
+    T* o = out.data<T>();
+    for (std::int64_t p = 0; p < in.count; ++p)
+      for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) o[j] = src[p * in.h * in.w + index[j]];
+  });
+  return record_if_needed("max_pool2d_gather", out, {x}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d_gather"), shape = x.shape()](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(g, saved.get(), shape)};
+    };
+  });
+}
+
+// The same over disjoint 2x2 windows, by their taps. Every input position is in at most one window, so each is
+// written once: the float32 kernel writes whole planes, zeros included, with no fill first.
+Tensor scatter_taps(const Tensor& grad_in, const Taps& taps, const Shape& input_shape) {
+  const Tensor grad = grad_in.contiguous();
+  const Planes in = planes_of(input_shape);
+  const std::int64_t oh = grad.size(2), ow = grad.size(3), out_plane = oh * ow;
+  const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
+  const bool threaded = detail::use_threads(grad.numel(), kParallelWork);
+  Tensor dx;
+  if (grad.dtype() == DType::Float32 && vector_pool_fits(ow)) {
+    dx = empty(input_shape, DType::Float32);
+    const float* g = grad.data<float>();
+    float* d = dx.data<float>();
+    detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
+      kernels::max_pool_2x2_plane_backward(g + p * out_plane, tap + p * out_plane, in.h, in.w, oh, ow,
+                                           d + p * in.h * in.w);
+    });
+  } else {
+    dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
+    detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto type) {
+      using T = decltype(type);
+      const T* g = grad.data<T>();
+      T* d = dx.data<T>();
+      detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
+        for (std::int64_t j = 0; j < out_plane; ++j)
+          d[p * in.h * in.w + tap_offset(j, ow, in.w, tap[p * out_plane + j])] = g[p * out_plane + j];
+      });
+    });
+  }
+  return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
+    return [taps, shape = grad.shape()](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{gather_taps(g, taps, shape)};
+    };
+  });
+}
+
+Tensor gather_taps(const Tensor& x_in, const Taps& taps, const Shape& out_shape) {
+  const Tensor x = x_in.contiguous();
+  const Planes in = planes_of(x.shape());
+  const std::int64_t ow = out_shape[3], out_plane = out_shape[2] * ow;
+  const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
+  Tensor out = empty(out_shape, x.dtype());
+  detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto type) {
+    using T = decltype(type);
+    const T* src = x.data<T>();
+    T* o = out.data<T>();
+    for (std::int64_t p = 0; p < in.count; ++p)
+      for (std::int64_t j = 0; j < out_plane; ++j)
+        o[p * out_plane + j] = src[p * in.h * in.w + tap_offset(j, ow, in.w, tap[p * out_plane + j])];
+  });
+  return record_if_needed("max_pool2d_gather", out, {x}, [&] {
+    return [taps, shape = x.shape()](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{scatter_taps(g, taps, shape)};
+    };
+  });
+}
+
+// The pooled values, and their int64 indices when `want_indices` (else an undefined tensor).
+std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kernel, IntPair stride, IntPair padding,
+                                           IntPair dilation, bool ceil_mode, bool want_indices) {
+  const Tensor input = input_in.contiguous();
+  const PoolGeometry g = check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
+  const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};
+  const Planes in = planes_of(input.shape());
+  const PoolWindows windows = windows_of(in, g, kernel, stride, padding, dilation);
+  const std::int64_t outputs = input.size(0) * input.size(1) * g.oh * g.ow;
+  std::shared_ptr<Storage> taps;
+  Tensor indices;
+  if (windows == PoolWindows::disjoint_2x2)
+    taps = std::make_shared<Storage>(static_cast<std::size_t>(std::max<std::int64_t>(outputs, 1)));
+  else
+    indices = empty(out_shape, DType::Int64);
+  Tensor out = detail::dispatch_floating(input.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    Tensor result = empty(out_shape, input.dtype());
+    max_pool_kernel<T>(input.data<T>(), result.data<T>(), taps ? nullptr : indices.data<std::int64_t>(),
+                       taps ? static_cast<std::uint8_t*>(taps->data()) : nullptr, in, g, kernel, stride, padding,
+                       dilation, windows);
+    return result;
+  });
+  if (taps) {
+    out = record_if_needed("max_pool2d", out, {input}, [&] {
+      return [saved = Taps(taps), shape = input.shape()](const Tensor& grad, NeedsGrad) {
+        return std::vector<Tensor>{scatter_taps(grad, saved, shape)};
+      };
+    });
+    return {out, want_indices ? indices_of_taps(taps, out_shape, in.w) : Tensor()};
+  }
+  out = record_if_needed("max_pool2d", out, {input}, [&] {
+    return [saved = SavedTensor(indices, "max_pool2d"), shape = input.shape()](const Tensor& grad, NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(grad, saved.get(), shape)};
+    };
+  });
+  return {out, want_indices ? indices : Tensor()};
+}
+
+
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair kernel_size,
+                                                  std::optional<IntPair> stride, IntPair padding, IntPair dilation,
+                                                  bool ceil_mode) {
+  return with_batch(input, "max_pool2d", [&](const Tensor& x) {
+    return max_pool_batched(x, kernel_size, stride.value_or(kernel_size), padding, dilation, ceil_mode, true);
+  });
+}
+
+Tensor max_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPair> stride, IntPair padding,
+                  IntPair dilation, bool ceil_mode) {
+  return with_batch(input, "max_pool2d", [&](const Tensor& x) {
+    return max_pool_batched(x, kernel_size, stride.value_or(kernel_size), padding, dilation, ceil_mode, false).first;
+  });
+}
+
+}  // namespace tapegrad
