@@ -3,13 +3,16 @@
 //   blocked    the direct primitive on the blocked layout oneDNN picks (nChw16c on AVX-512), operands already
 //              in it: the kernel alone;
 //   tapegrad   the same primitive plus the reorders tapegrad pays around it today (its tensors are NCHW):
-//              each activation operand into the blocked layout, the activation result back to NCHW;
+//              each activation operand into the blocked layout (grad_output once, for backward-data: the
+//              weight gradient reuses it), the activation result back to NCHW;
 //   nhwc       the direct primitive with every activation in NHWC (channels last), which a strided tensor can
 //              hold, so no reorder at all.
 // Forward also times oneDNN's Winograd algorithm and prints its largest error against the direct result,
 // relative to the largest output: why tapegrad does not use it (docs/performance.md).
 //   conv_layouts [--threads N] [--rounds R] [--smoke]
 // Rounds interleave the variants; each prints the median of R rounds, a round timing 20 calls after one warm-up.
+// nhwc_gflops counts every multiply-add of the 3x3 windows, padding included (as bench/compare counts them), so
+// on the small ResNet planes it can exceed what the FMA units did.
 // Calls oneDNN directly (like bench/anchors); no tapegrad code runs.
 #include <omp.h>
 
@@ -131,8 +134,10 @@ Run make_run(const Shapes& s, Direction direction, Tag activations, bool with_re
           {dnnl::algorithm::convolution_direct, desc(s.src, activations), desc(s.weights, Tag::any),
            desc(s.dst, activations), s.strides, s.padding, s.padding},
           engine, fwd);
+      // Note: tapegrad reorders grad_output once for backward-data and backward-weights (kernels/conv2d_onednn's
+      // ReorderedInputs), so only the input's reorder is counted here.
       Args args{{DNNL_ARG_SRC, input(pd.src_desc(), s.src, 1)},
-                {DNNL_ARG_DIFF_DST, input(pd.diff_dst_desc(), s.dst, 3)},
+                {DNNL_ARG_DIFF_DST, filled(pd.diff_dst_desc(), 3)},
                 {DNNL_ARG_DIFF_WEIGHTS, memory(pd.diff_weights_desc(), engine)}};
       run.steps.push_back({dnnl::convolution_backward_weights(pd), args});
       break;
