@@ -82,7 +82,7 @@ template <int Lanes>
   load(b1, lower_row + Lanes);
   const F a = TAPEGRAD_SHUFFLE(t0, t1, C::even), b = TAPEGRAD_SHUFFLE(t0, t1, C::odd);
   const F c = TAPEGRAD_SHUFFLE(b0, b1, C::even), d = TAPEGRAD_SHUFFLE(b0, b1, C::odd);
-  // Note: the same selections as the scalar loop in ops/pool.cpp: the first maximum of each pair, then the
+  // Note: the same selections as the scalar loop in ops/max_pool.cpp: the first maximum of each pair, then the
   // lower pair only if strictly greater. Comparisons give -1 (true) or 0 per lane.
   const I take_b = b > a, take_d = d > c;
   const F upper = take_b ? b : a, lower = take_d ? d : c;

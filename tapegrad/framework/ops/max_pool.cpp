@@ -334,7 +334,6 @@ std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kerne
   return {out, want_indices ? indices : Tensor()};
 }
 
-
 }  // namespace
 
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair kernel_size,
