@@ -21,13 +21,6 @@ namespace tapegrad {
 
 namespace {
 
-using detail::check_pool;
-using detail::Planes;
-using detail::planes_of;
-using detail::PoolGeometry;
-using detail::with_batch;
-constexpr std::int64_t kParallelWork = detail::kPoolParallelWork;
-
 // Whether the float32 kernels of kernels/max_pool_2x2 take a plane of disjoint 2x2 windows: rows of at least 4
 // windows (its narrowest chunk).
 bool vector_pool_fits(std::int64_t out_width) { return out_width >= 4; }
@@ -112,8 +105,8 @@ bool max_pool_2x2_row(const T* src, std::int64_t width, std::int64_t oh, std::in
 // write each input position once, with no zero fill first.
 enum class PoolWindows { general, disjoint_2x2 };
 
-PoolWindows windows_of(const Planes& in, const PoolGeometry& g, IntPair kernel, IntPair stride, IntPair padding,
-                       IntPair dilation) {
+PoolWindows windows_of(const detail::Planes& in, const detail::PoolGeometry& g, IntPair kernel, IntPair stride,
+                       IntPair padding, IntPair dilation) {
   // Note: in ceil mode the last 2x2 window may hang over the edge; the fast paths need all four taps.
   const bool two_by_two = kernel == IntPair(2) && stride == IntPair(2) && padding == IntPair(0) &&
                           dilation == IntPair(1) && 2 * g.oh <= in.h && 2 * g.ow <= in.w;
@@ -123,14 +116,14 @@ PoolWindows windows_of(const Planes& in, const PoolGeometry& g, IntPair kernel, 
 // Pools every plane. Disjoint 2x2 windows write each argmax as a tap to `taps`, others as an offset in the plane
 // to `indices` (the other pointer is null).
 template <class T>
-void max_pool_kernel(const T* x, T* out, std::int64_t* indices, std::uint8_t* taps, const Planes& in,
-                     const PoolGeometry& g, IntPair kernel, IntPair stride, IntPair padding, IntPair dilation,
+void max_pool_kernel(const T* x, T* out, std::int64_t* indices, std::uint8_t* taps, const detail::Planes& in,
+                     const detail::PoolGeometry& g, IntPair kernel, IntPair stride, IntPair padding, IntPair dilation,
                      PoolWindows windows) {
   const std::int64_t out_plane = g.oh * g.ow;
   const TapRange rows = valid_taps(in.h, g.oh, kernel.h, stride.h, padding.h, dilation.h);
   const TapRange cols = valid_taps(in.w, g.ow, kernel.w, stride.w, padding.w, dilation.w);
   const bool two_by_two = windows == PoolWindows::disjoint_2x2;
-  const bool threaded = detail::use_threads(in.count * out_plane * kernel.h * kernel.w, kParallelWork);
+  const bool threaded = detail::use_threads(in.count * out_plane * kernel.h * kernel.w, detail::kPoolParallelWork);
   detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
     const T* src = x + p * in.h * in.w;
     T* plane_out = out + p * out_plane;
@@ -197,9 +190,9 @@ Tensor gather_taps(const Tensor& x, const Taps& taps, const Shape& out_shape);
 // dx[plane][indices[plane][j]] += grad[plane][j].
 Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Shape& input_shape) {
   const Tensor grad = grad_in.contiguous(), indices = indices_in.contiguous();
-  const Planes in = planes_of(input_shape);
+  const detail::Planes in = detail::planes_of(input_shape);
   const std::int64_t out_plane = indices.size(2) * indices.size(3);
-  const bool threaded = detail::use_threads(indices.numel(), kParallelWork);
+  const bool threaded = detail::use_threads(indices.numel(), detail::kPoolParallelWork);
   Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
   detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -220,7 +213,7 @@ Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Sha
 // out[plane][j] = x[plane][indices[plane][j]]: the adjoint of scatter_planes.
 Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
   const Tensor x = x_in.contiguous(), indices = indices_in.contiguous();
-  const Planes in = planes_of(x.shape());
+  const detail::Planes in = detail::planes_of(x.shape());
   const std::int64_t out_plane = indices.size(2) * indices.size(3);
   Tensor out = empty(indices.shape(), x.dtype());
   detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto tag) {
@@ -242,10 +235,10 @@ Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
 // written once: the float32 kernel writes whole planes, zeros included, with no fill first.
 Tensor scatter_taps(const Tensor& grad_in, const Taps& taps, const Shape& input_shape) {
   const Tensor grad = grad_in.contiguous();
-  const Planes in = planes_of(input_shape);
+  const detail::Planes in = detail::planes_of(input_shape);
   const std::int64_t oh = grad.size(2), ow = grad.size(3), out_plane = oh * ow;
   const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
-  const bool threaded = detail::use_threads(grad.numel(), kParallelWork);
+  const bool threaded = detail::use_threads(grad.numel(), detail::kPoolParallelWork);
   Tensor dx;
   if (grad.dtype() == DType::Float32 && vector_pool_fits(ow)) {
     dx = empty(input_shape, DType::Float32);
@@ -276,7 +269,7 @@ Tensor scatter_taps(const Tensor& grad_in, const Taps& taps, const Shape& input_
 
 Tensor gather_taps(const Tensor& x_in, const Taps& taps, const Shape& out_shape) {
   const Tensor x = x_in.contiguous();
-  const Planes in = planes_of(x.shape());
+  const detail::Planes in = detail::planes_of(x.shape());
   const std::int64_t ow = out_shape[3], out_plane = out_shape[2] * ow;
   const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
   Tensor out = empty(out_shape, x.dtype());
@@ -299,9 +292,9 @@ Tensor gather_taps(const Tensor& x_in, const Taps& taps, const Shape& out_shape)
 std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kernel, IntPair stride, IntPair padding,
                                            IntPair dilation, bool ceil_mode, bool want_indices) {
   const Tensor input = input_in.contiguous();
-  const PoolGeometry g = check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
+  const detail::PoolGeometry g = detail::check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
   const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};
-  const Planes in = planes_of(input.shape());
+  const detail::Planes in = detail::planes_of(input.shape());
   const PoolWindows windows = windows_of(in, g, kernel, stride, padding, dilation);
   const std::int64_t outputs = input.size(0) * input.size(1) * g.oh * g.ow;
   std::shared_ptr<Storage> taps;
@@ -339,14 +332,14 @@ std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kerne
 std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& input, IntPair kernel_size,
                                                   std::optional<IntPair> stride, IntPair padding, IntPair dilation,
                                                   bool ceil_mode) {
-  return with_batch(input, "max_pool2d", [&](const Tensor& x) {
+  return detail::with_batch(input, "max_pool2d", [&](const Tensor& x) {
     return max_pool_batched(x, kernel_size, stride.value_or(kernel_size), padding, dilation, ceil_mode, true);
   });
 }
 
 Tensor max_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPair> stride, IntPair padding,
                   IntPair dilation, bool ceil_mode) {
-  return with_batch(input, "max_pool2d", [&](const Tensor& x) {
+  return detail::with_batch(input, "max_pool2d", [&](const Tensor& x) {
     return max_pool_batched(x, kernel_size, stride.value_or(kernel_size), padding, dilation, ceil_mode, false).first;
   });
 }
