@@ -68,7 +68,7 @@ struct Run {
   }
 };
 
-// The reorder from `from` to `to` as a step (none when they match); `to_memory` receives the result.
+// The reorder of `from` into `to_memory` as a step (none when their layouts match).
 void add_reorder(Run& run, const memory& from, const memory& to_memory) {
   if (from.get_desc() == to_memory.get_desc()) return;
   run.steps.push_back({dnnl::reorder(from, to_memory), Args{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to_memory}}});
@@ -95,8 +95,8 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shapes& s, Tag activa
 enum class Direction { forward, input_grad, weight_grad };
 
 // One direction with its activations in `activations` (any: oneDNN's blocked choice); `with_reorders` adds the
-// reorders from and to NCHW user memory that tapegrad pays.
-
+// reorders from and to NCHW user memory that tapegrad pays for the activations (the weights' small reorders are
+// left out of every variant).
 Run make_run(const Shapes& s, Direction direction, Tag activations, bool with_reorders) {
   const auto fwd = forward_pd(s, activations, dnnl::algorithm::convolution_direct);
   Run run;
@@ -143,7 +143,7 @@ Run make_run(const Shapes& s, Direction direction, Tag activations, bool with_re
       break;
     }
   }
-  // The activation result goes back to NCHW (the weight gradient is small and left out on every variant).
+  // The activation result goes back to NCHW (the weight gradient, small, is left in oneDNN's layout).
   if (with_reorders && result) add_reorder(run, result, memory(desc(result_dims, Tag::nchw), engine));
   return run;
 }
