@@ -92,6 +92,17 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Shapes& s, Tag activa
           engine};
 }
 
+// A backward primitive's description (backward-data and backward-weights take the same arguments), the forward
+// one as oneDNN's hint.
+template <class Primitive>
+typename Primitive::primitive_desc backward_pd(const Shapes& s, Tag activations,
+                                               const dnnl::convolution_forward::primitive_desc& hint) {
+  return {typename Primitive::desc(dnnl::algorithm::convolution_direct, desc(s.src, activations),
+                                   desc(s.weights, Tag::any), desc(s.dst, activations), s.strides, s.padding,
+                                   s.padding),
+          engine, hint};
+}
+
 enum class Direction { forward, input_grad, weight_grad };
 
 // One direction with its activations in `activations` (any: oneDNN's blocked choice); `with_reorders` adds the
@@ -118,10 +129,7 @@ Run make_run(const Shapes& s, Direction direction, Tag activations, bool with_re
       break;
     }
     case Direction::input_grad: {
-      const dnnl::convolution_backward_data::primitive_desc pd(
-          {dnnl::algorithm::convolution_direct, desc(s.src, activations), desc(s.weights, Tag::any),
-           desc(s.dst, activations), s.strides, s.padding, s.padding},
-          engine, fwd);
+      const auto pd = backward_pd<dnnl::convolution_backward_data>(s, activations, fwd);
       Args args{{DNNL_ARG_DIFF_DST, input(pd.diff_dst_desc(), s.dst, 3)},
                 {DNNL_ARG_WEIGHTS, filled(pd.weights_desc(), 2)},
                 {DNNL_ARG_DIFF_SRC, result = memory(pd.diff_src_desc(), engine)}};
@@ -130,10 +138,7 @@ Run make_run(const Shapes& s, Direction direction, Tag activations, bool with_re
       break;
     }
     case Direction::weight_grad: {
-      const dnnl::convolution_backward_weights::primitive_desc pd(
-          {dnnl::algorithm::convolution_direct, desc(s.src, activations), desc(s.weights, Tag::any),
-           desc(s.dst, activations), s.strides, s.padding, s.padding},
-          engine, fwd);
+      const auto pd = backward_pd<dnnl::convolution_backward_weights>(s, activations, fwd);
       // Note: tapegrad reorders grad_output once for backward-data and backward-weights (kernels/conv2d_onednn's
       // ReorderedInputs), so only the input's reorder is counted here.
       Args args{{DNNL_ARG_SRC, input(pd.src_desc(), s.src, 1)},

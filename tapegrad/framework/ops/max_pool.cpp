@@ -184,106 +184,102 @@ Tensor indices_of_taps(const Taps& taps, const Shape& out_shape, std::int64_t wi
 
 // ---- the gradient of max pooling: a scatter by the saved argmax, whose gradient is the matching gather ----
 
-Tensor gather_planes(const Tensor& x, const Tensor& indices);
-Tensor gather_taps(const Tensor& x, const Taps& taps, const Shape& out_shape);
+// What max pooling saves of each output [N, C, oh, ow]: its argmax, as one-byte taps for disjoint 2x2 windows,
+// else as int64 offsets in the input plane.
+struct Argmax {
+  Taps taps;            // set for disjoint 2x2 windows
+  SavedTensor indices;  // otherwise
+  Shape out_shape;
+};
 
-// dx[plane][indices[plane][j]] += grad[plane][j].
-Tensor scatter_planes(const Tensor& grad_in, const Tensor& indices_in, const Shape& input_shape) {
-  const Tensor grad = grad_in.contiguous(), indices = indices_in.contiguous();
-  const detail::Planes in = detail::planes_of(input_shape);
-  const std::int64_t out_plane = indices.size(2) * indices.size(3);
-  const bool threaded = detail::use_threads(indices.numel(), detail::kPoolParallelWork);
-  Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
-  detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = grad.data<T>();
-    const std::int64_t* index = indices.data<std::int64_t>();
-    T* d = dx.data<T>();
-    detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
-      for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) d[p * in.h * in.w + index[j]] += g[j];
-    });
-  });
-  return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
-    return [saved = SavedTensor(indices, "max_pool2d_backward")](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{gather_planes(g, saved.get())};
-    };
-  });
-}
+// The argmax offsets of one plane after another, read from either form.
+class ArgmaxPlanes {
+ public:
+  ArgmaxPlanes(const Argmax& argmax, std::int64_t width)
+      : tap_(argmax.taps ? static_cast<const std::uint8_t*>(argmax.taps->data()) : nullptr),
+        index_(argmax.taps ? nullptr : argmax.indices.get().data<std::int64_t>()),
+        out_width_(argmax.out_shape[3]),
+        out_plane_(argmax.out_shape[2] * argmax.out_shape[3]),
+        width_(width) {}
 
-// out[plane][j] = x[plane][indices[plane][j]]: the adjoint of scatter_planes.
-Tensor gather_planes(const Tensor& x_in, const Tensor& indices_in) {
-  const Tensor x = x_in.contiguous(), indices = indices_in.contiguous();
-  const detail::Planes in = detail::planes_of(x.shape());
-  const std::int64_t out_plane = indices.size(2) * indices.size(3);
-  Tensor out = empty(indices.shape(), x.dtype());
-  detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto tag) {
-    using T = decltype(tag);
-    const T* src = x.data<T>();
-    const std::int64_t* index = indices.data<std::int64_t>();
-    T* o = out.data<T>();
-    for (std::int64_t p = 0; p < in.count; ++p)
-      for (std::int64_t j = p * out_plane; j < (p + 1) * out_plane; ++j) o[j] = src[p * in.h * in.w + index[j]];
-  });
-  return record_if_needed("max_pool2d_gather", out, {x}, [&] {
-    return [saved = SavedTensor(indices, "max_pool2d_gather"), shape = x.shape()](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{scatter_planes(g, saved.get(), shape)};
-    };
-  });
-}
+  std::int64_t out_plane() const { return out_plane_; }
 
-// The same over disjoint 2x2 windows, by their taps. Every input position is in at most one window, so each is
-// written once: the float32 kernel writes whole planes, zeros included, with no fill first.
-Tensor scatter_taps(const Tensor& grad_in, const Taps& taps, const Shape& input_shape) {
+  // fn(j, offset) for each output j of plane p, offset being its argmax's place in the input plane.
+  template <class F>
+  void for_each(std::int64_t p, F fn) const {
+    if (tap_) {
+      const std::uint8_t* tap = tap_ + p * out_plane_;
+      for (std::int64_t j = 0; j < out_plane_; ++j) fn(j, tap_offset(j, out_width_, width_, tap[j]));
+    } else {
+      const std::int64_t* index = index_ + p * out_plane_;
+      for (std::int64_t j = 0; j < out_plane_; ++j) fn(j, index[j]);
+    }
+  }
+
+ private:
+  const std::uint8_t* tap_;
+  const std::int64_t* index_;
+  std::int64_t out_width_, out_plane_, width_;
+};
+
+Tensor gather_planes(const Tensor& x, const Argmax& argmax);
+
+// dx[plane][argmax of j] += grad[plane][j].
+Tensor scatter_planes(const Tensor& grad_in, const Argmax& argmax, const Shape& input_shape) {
   const Tensor grad = grad_in.contiguous();
   const detail::Planes in = detail::planes_of(input_shape);
-  const std::int64_t oh = grad.size(2), ow = grad.size(3), out_plane = oh * ow;
-  const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
+  const ArgmaxPlanes planes(argmax, in.w);
+  const std::int64_t out_plane = planes.out_plane();
   const bool threaded = detail::use_threads(grad.numel(), detail::kPoolParallelWork);
   Tensor dx;
-  if (grad.dtype() == DType::Float32 && vector_pool_fits(ow)) {
+  if (argmax.taps && grad.dtype() == DType::Float32 && vector_pool_fits(argmax.out_shape[3])) {
+    // Note: disjoint windows reach each input position at most once, so the kernel writes whole planes, zeros
+    // included, with no fill first.
     dx = empty(input_shape, DType::Float32);
     const float* g = grad.data<float>();
+    const std::uint8_t* tap = static_cast<const std::uint8_t*>(argmax.taps->data());
     float* d = dx.data<float>();
     detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
-      kernels::max_pool_2x2_plane_backward(g + p * out_plane, tap + p * out_plane, in.h, in.w, oh, ow,
-                                           d + p * in.h * in.w);
+      kernels::max_pool_2x2_plane_backward(g + p * out_plane, tap + p * out_plane, in.h, in.w, argmax.out_shape[2],
+                                           argmax.out_shape[3], d + p * in.h * in.w);
     });
   } else {
     dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
-    detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto type) {
-      using T = decltype(type);
+    detail::dispatch_floating(grad.dtype(), "max_pool2d_backward", [&](auto tag) {
+      using T = decltype(tag);
       const T* g = grad.data<T>();
       T* d = dx.data<T>();
       detail::parallel_for(in.count, threaded, [&](std::int64_t p) {
-        for (std::int64_t j = 0; j < out_plane; ++j)
-          d[p * in.h * in.w + tap_offset(j, ow, in.w, tap[p * out_plane + j])] = g[p * out_plane + j];
+        planes.for_each(p, [&](std::int64_t j, std::int64_t offset) {
+          d[p * in.h * in.w + offset] += g[p * out_plane + j];
+        });
       });
     });
   }
   return record_if_needed("max_pool2d_backward", dx, {grad}, [&] {
-    return [taps, shape = grad.shape()](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{gather_taps(g, taps, shape)};
-    };
+    return [argmax](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{gather_planes(g, argmax)}; };
   });
 }
 
-Tensor gather_taps(const Tensor& x_in, const Taps& taps, const Shape& out_shape) {
+// out[plane][j] = x[plane][argmax of j]: the adjoint of scatter_planes.
+Tensor gather_planes(const Tensor& x_in, const Argmax& argmax) {
   const Tensor x = x_in.contiguous();
   const detail::Planes in = detail::planes_of(x.shape());
-  const std::int64_t ow = out_shape[3], out_plane = out_shape[2] * ow;
-  const std::uint8_t* tap = static_cast<const std::uint8_t*>(taps->data());
-  Tensor out = empty(out_shape, x.dtype());
-  detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto type) {
-    using T = decltype(type);
+  const ArgmaxPlanes planes(argmax, in.w);
+  const std::int64_t out_plane = planes.out_plane();
+  Tensor out = empty(argmax.out_shape, x.dtype());
+  detail::dispatch_floating(x.dtype(), "max_pool2d_gather", [&](auto tag) {
+    using T = decltype(tag);
     const T* src = x.data<T>();
     T* o = out.data<T>();
     for (std::int64_t p = 0; p < in.count; ++p)
-      for (std::int64_t j = 0; j < out_plane; ++j)
-        o[p * out_plane + j] = src[p * in.h * in.w + tap_offset(j, ow, in.w, tap[p * out_plane + j])];
+      planes.for_each(p, [&](std::int64_t j, std::int64_t offset) {
+        o[p * out_plane + j] = src[p * in.h * in.w + offset];
+      });
   });
   return record_if_needed("max_pool2d_gather", out, {x}, [&] {
-    return [taps, shape = x.shape()](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{scatter_taps(g, taps, shape)};
+    return [argmax, shape = x.shape()](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(g, argmax, shape)};
     };
   });
 }
@@ -296,11 +292,10 @@ std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kerne
   const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};
   const detail::Planes in = detail::planes_of(input.shape());
   const PoolWindows windows = windows_of(in, g, kernel, stride, padding, dilation);
-  const std::int64_t outputs = input.size(0) * input.size(1) * g.oh * g.ow;
   std::shared_ptr<Storage> taps;
   Tensor indices;
   if (windows == PoolWindows::disjoint_2x2)
-    taps = std::make_shared<Storage>(static_cast<std::size_t>(std::max<std::int64_t>(outputs, 1)));
+    taps = std::make_shared<Storage>(static_cast<std::size_t>(std::max<std::int64_t>(shape_numel(out_shape), 1)));
   else
     indices = empty(out_shape, DType::Int64);
   Tensor out = detail::dispatch_floating(input.dtype(), "max_pool2d", [&](auto tag) {
@@ -311,20 +306,14 @@ std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kerne
                        dilation, windows);
     return result;
   });
-  if (taps) {
-    out = record_if_needed("max_pool2d", out, {input}, [&] {
-      return [saved = Taps(taps), shape = input.shape()](const Tensor& grad, NeedsGrad) {
-        return std::vector<Tensor>{scatter_taps(grad, saved, shape)};
-      };
-    });
-    return {out, want_indices ? indices_of_taps(taps, out_shape, in.w) : Tensor()};
-  }
   out = record_if_needed("max_pool2d", out, {input}, [&] {
-    return [saved = SavedTensor(indices, "max_pool2d"), shape = input.shape()](const Tensor& grad, NeedsGrad) {
-      return std::vector<Tensor>{scatter_planes(grad, saved.get(), shape)};
+    Argmax argmax{taps, taps ? SavedTensor() : SavedTensor(indices, "max_pool2d"), out_shape};
+    return [argmax = std::move(argmax), shape = input.shape()](const Tensor& grad, NeedsGrad) {
+      return std::vector<Tensor>{scatter_planes(grad, argmax, shape)};
     };
   });
-  return {out, want_indices ? indices : Tensor()};
+  if (!want_indices) return {out, Tensor()};
+  return {out, taps ? indices_of_taps(taps, out_shape, in.w) : indices};
 }
 
 }  // namespace
