@@ -12,9 +12,10 @@ using namespace tapegrad;
 /// Prints the file and returns true when it is a PyTorch or safetensors file; false for anything else.
 bool print_foreign_file(const std::string& path) {
   const StateFormat format = sniff_state_format_of_file(path);
-  if (format != StateFormat::PyTorch && format != StateFormat::Safetensors) return false;
-  const std::string bytes = foreign::read_whole_file(path, "tapegrad-inspect");
-  const bool pytorch = format == StateFormat::PyTorch;
+  if (format != StateFormat::PyTorch && format != StateFormat::Safetensors && format != StateFormat::PyTorchLegacy)
+    return false;
+  const std::string bytes = foreign::read_whole_file(path, "tapegrad-inspect");  // read_pytorch names a legacy file
+  const bool pytorch = format != StateFormat::Safetensors;
   const std::vector<ForeignTensor> tensors = pytorch ? read_pytorch(bytes, path) : read_safetensors(bytes, path);
   std::int64_t elements = 0;
   for (const ForeignTensor& t : tensors) elements += t.value.numel();

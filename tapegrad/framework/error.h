@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -14,9 +15,14 @@ TAPEGRAD_API_BEGIN
 namespace tapegrad {
 
 /// Every error tapegrad reports: bad shapes, bad dtypes, bad files, misuse of autograd.
+/// Note: the message is made safe to print whatever went into it: control characters (a NUL from a hostile file
+/// would cut it short, an escape sequence would reach the terminal) become \xNN, and a message longer than
+/// kMaxMessage characters is cut there and says how long it was.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  static constexpr std::size_t kMaxMessage = 2000;
+  explicit Error(const std::string& message);
+  explicit Error(const char* message);
 };
 
 /// Throws tapegrad::Error with a fmt-formatted message.

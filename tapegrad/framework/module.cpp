@@ -5,6 +5,7 @@
 #include <set>
 
 #include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/detail/printable.h>
 
 namespace tapegrad::nn {
 
@@ -201,6 +202,20 @@ std::map<std::string, int> Module::state_versions() const {
 
 void Module::upgrade_state(NamedTensors&, const std::string&, int) const {}
 
+namespace {
+// Names for a message: each escaped (a file's keys may hold any bytes), at most 20 of them, then how many more.
+template <class Names>
+std::string name_list(const Names& names) {
+  std::string out;
+  std::size_t shown = 0;
+  for (const std::string& name : names) {
+    if (shown == 20) return out + fmt::format(", ... ({} more)", names.size() - shown);
+    out += (shown++ > 0 ? ", " : "") + detail::printable(name);
+  }
+  return out;
+}
+}  // namespace
+
 LoadResult Module::load_state(const NamedTensors& entries, bool strict, const std::map<std::string, int>& versions) {
   NamedTensors incoming = entries;
   if (!versions.empty()) {
@@ -220,7 +235,7 @@ LoadResult Module::load_state(const NamedTensors& entries, bool strict, const st
         if (here != there)
           fail("load_state: the checkpoint's entries under {} ({}) do not match this model's {} there ({}): the file "
                "holds a different module or architecture at this prefix",
-               label, fmt::join(there, ", "), module->type_name(), fmt::join(here, ", "));
+               label, name_list(there), module->type_name(), name_list(here));
         fail("load_state: {} ({}) was saved with state version {}, newer than this build's {}", label,
              module->type_name(), it->second, module->state_version());
       }
@@ -230,7 +245,7 @@ LoadResult Module::load_state(const NamedTensors& entries, bool strict, const st
   }
   std::map<std::string, std::size_t> by_name;
   for (std::size_t i = 0; i < incoming.size(); ++i)
-    if (!by_name.emplace(incoming[i].first, i).second) fail("load_state: key '{}' appears twice", incoming[i].first);
+    if (!by_name.emplace(incoming[i].first, i).second) fail("load_state: key '{}' appears twice", detail::printable(incoming[i].first));
 
   const NamedTensors expected = state();
   LoadResult result;
@@ -254,11 +269,10 @@ LoadResult Module::load_state(const NamedTensors& entries, bool strict, const st
   for (const auto& [name, tensor] : incoming)
     if (!expected_names.count(name)) result.unexpected_keys.push_back(name);
   if (strict && !result.missing_keys.empty())
-    fail("load_state: missing key{} {}", result.missing_keys.size() > 1 ? "s" : "",
-         fmt::join(result.missing_keys, ", "));
+    fail("load_state: missing key{} {}", result.missing_keys.size() > 1 ? "s" : "", name_list(result.missing_keys));
   if (strict && !result.unexpected_keys.empty())
     fail("load_state: unexpected key{} {}", result.unexpected_keys.size() > 1 ? "s" : "",
-         fmt::join(result.unexpected_keys, ", "));
+         name_list(result.unexpected_keys));
 
   NoGradGuard no_grad;
   for (const auto& [name, tensor] : expected) {

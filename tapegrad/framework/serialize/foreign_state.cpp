@@ -11,6 +11,8 @@
 #include <optional>
 
 #include <tapegrad/framework/detail/file_io.h>
+#include <tapegrad/framework/detail/printable.h>
+#include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/serialize/detail/foreign.h>
 #include <tapegrad/framework/serialize/interop.h>
 
@@ -150,11 +152,34 @@ void decode_into(Out* out, const char* bytes, Element element, const Shape& shap
   }
 }
 
+template <class Out>
+void decode_run(Out* out, const char* bytes, Element element, std::int64_t count) {
+  // Note: the same bits need no conversion; a memcpy runs at memory speed where read_one's switch does not.
+  if (element == element_of(dtype_of<Out>())) {
+    std::memcpy(out, bytes, static_cast<std::size_t>(count) * sizeof(Out));
+    return;
+  }
+  const auto size = static_cast<std::int64_t>(element_bytes(element));
+  for (std::int64_t i = 0; i < count; ++i) out[i] = read_one<Out>(bytes + i * size, element);
+}
+
 }  // namespace
+
+void decode_contiguous(const char* bytes, Element element, std::int64_t count, Tensor& out, std::int64_t at) {
+  switch (out.dtype()) {
+    case DType::Float32: decode_run(out.data<float>() + at, bytes, element, count); break;
+    case DType::Float64: decode_run(out.data<double>() + at, bytes, element, count); break;
+    case DType::Int64: decode_run(out.data<std::int64_t>() + at, bytes, element, count); break;
+  }
+}
 
 Tensor decode_strided(const char* bytes, Element element, const Shape& shape, const Shape& strides,
                       std::int64_t offset) {
   Tensor out = empty(shape, widened_dtype(element));
+  if (is_contiguous_layout(shape, strides)) {
+    decode_contiguous(bytes + offset * static_cast<std::int64_t>(element_bytes(element)), element, out.numel(), out, 0);
+    return out;
+  }
   switch (out.dtype()) {
     case DType::Float32: decode_into(out.data<float>(), bytes, element, shape, strides, offset); break;
     case DType::Float64: decode_into(out.data<double>(), bytes, element, shape, strides, offset); break;
@@ -177,7 +202,8 @@ void write_file_atomically(const std::string& path, const char* what, const std:
 
 std::optional<nn::LoadResult> load_if_foreign(nn::Module& module, const std::string& path, bool strict) {
   switch (sniff_state_format_of_file(path)) {
-    case StateFormat::PyTorch: return load_pytorch(module, path, strict);
+    case StateFormat::PyTorch:
+    case StateFormat::PyTorchLegacy: return load_pytorch(module, path, strict);  // the latter names the format
     case StateFormat::Safetensors: return load_safetensors(module, path, strict);
     default: return std::nullopt;
   }
@@ -188,6 +214,9 @@ std::optional<nn::LoadResult> load_if_foreign(nn::Module& module, const std::str
 StateFormat sniff_state_format(std::string_view bytes) {
   if (bytes.substr(0, 8) == "TAPEGRAD") return StateFormat::Checkpoint;
   if (bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4)) return StateFormat::PyTorch;
+  // A pickle's PROTO opcode and a protocol torch.save's legacy writer used (2) or could (up to 5).
+  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80 && bytes[1] >= 2 && bytes[1] <= 5)
+    return StateFormat::PyTorchLegacy;
   // Note: safetensors has no magic; its header is JSON, so the byte after the 8-byte length is '{'. A length
   // of at least 2 and below 2^32 rules out most other files starting with '{' at offset 8.
   if (bytes.size() >= 9 && bytes[8] == '{') {
@@ -259,7 +288,7 @@ nn::LoadResult load_foreign_state(nn::Module& module, const std::vector<ForeignT
     if (convert && !is_floating(it->second.dtype()))
       for (const double v : t.value.to_vector())
         if (!(v >= -9.2e18 && v <= 9.2e18) || v != static_cast<double>(static_cast<std::int64_t>(v)))
-          fail("{}: '{}' holds {} where the model's int64 entry needs whole numbers", source, t.name, v);
+          fail("{}: '{}' holds {} where the model's int64 entry needs whole numbers", source, detail::printable(t.name), v);
     entries.emplace_back(t.name, convert ? t.value.to(it->second.dtype()) : t.value);
   }
   for (const auto& [name, only] : tapegrad_only_keys(module))

@@ -26,11 +26,12 @@ struct ForeignTensor {
   Tensor value;
 };
 
-/// The file formats load(module, path) tells apart by their first bytes.
-enum class StateFormat : std::uint8_t { Checkpoint, PyTorch, Safetensors, Unknown };
+/// The file formats load(module, path) tells apart by their first bytes. PyTorchLegacy is torch.save's format
+/// before PyTorch 1.6 (a bare pickle), which tapegrad does not read: every reader refuses it by that name.
+enum class StateFormat : std::uint8_t { Checkpoint, PyTorch, Safetensors, Unknown, PyTorchLegacy };
 
-/// Recognises a format from a file's first bytes (16 are enough): "TAPEGRAD", a zip's "PK\3\4", or an
-/// 8-byte little-endian length followed by '{'.
+/// Recognises a format from a file's first bytes (16 are enough): "TAPEGRAD", a zip's "PK\3\4", a pickle's
+/// 0x80 0x02..0x05 (legacy torch.save), or an 8-byte little-endian length followed by '{'.
 StateFormat sniff_state_format(std::string_view first_bytes);
 /// The same, reading the first bytes of a file; Unknown for a file too short to tell.
 StateFormat sniff_state_format_of_file(const std::string& path);

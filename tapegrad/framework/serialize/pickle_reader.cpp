@@ -1,8 +1,11 @@
 // A pickle interpreter for torch.save's data.pkl that executes nothing: a fixed set of opcodes, three known
 // callables and torch's storage types. Python's own pickle would import and call whatever the file names.
 #include <cstring>
+#include <functional>
 #include <map>
+#include <unordered_map>
 
+#include <tapegrad/framework/detail/printable.h>
 #include <tapegrad/framework/serialize/detail/pickle.h>
 
 namespace tapegrad::pickle {
@@ -25,9 +28,26 @@ constexpr StorageType kStorageTypes[] = {
 constexpr const char* kCallables[] = {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2",
                                       "torch._utils._rebuild_parameter"};
 
+// A dict's string key, for the hash index that makes SETITEM O(1): which dict, and the key's text.
+struct DictKey {
+  const Object* dict;
+  std::string_view text;
+  bool operator==(const DictKey&) const = default;
+};
+struct DictKeyHash {
+  std::size_t operator()(const DictKey& k) const {
+    return std::hash<std::string_view>()(k.text) ^ (std::hash<const void*>()(k.dict) * 0x9e3779b97f4a7c15ull);
+  }
+};
+
 class Machine {
  public:
-  Machine(std::string_view bytes, const std::string& source) : bytes_(bytes), source_(source) {}
+  Machine(std::string_view bytes, const std::string& source) : bytes_(bytes), source_(source) {
+    // Note: None, True and False are shared: a pickle of nothing but those opcodes allocates no values.
+    none_ = make(Kind::None);
+    true_ = make_int(1, Kind::Bool);
+    false_ = make_int(0, Kind::Bool);
+  }
 
   Unpickled run() {
     while (true) {
@@ -50,9 +70,9 @@ class Machine {
           marks_.push_back(stack_.size());
           break;
         }
-        case 'N': push(make(Kind::None)); break;
-        case 0x88: push(make_int(1, Kind::Bool)); break;  // NEWTRUE
-        case 0x89: push(make_int(0, Kind::Bool)); break;  // NEWFALSE
+        case 'N': push(none_); break;
+        case 0x88: push(true_); break;   // NEWTRUE
+        case 0x89: push(false_); break;  // NEWFALSE
         case 'K': push(make_int(static_cast<unsigned char>(take(1)[0]))); break;  // BININT1
         case 'M': push(make_int(little<std::uint16_t>(take(2)))); break;         // BININT2
         case 'J': push(make_int(little<std::int32_t>(take(4)))); break;          // BININT
@@ -91,12 +111,15 @@ class Machine {
         case ']': push(make(Kind::List)); break;  // EMPTY_LIST
         case 'a': {                               // APPEND
           Object* value = pop();
-          top(Kind::List, "APPEND")->items.push_back(value);
+          Object* list = top(Kind::List, "APPEND");
+          use_slots(1);
+          list->items.push_back(value);
           break;
         }
         case 'e': {  // APPENDS
           const std::size_t mark = pop_mark();
           Object* list = below(mark, Kind::List, "APPENDS");
+          use_slots(stack_.size() - mark);
           list->items.insert(list->items.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
           stack_.resize(mark);
           break;
@@ -133,7 +156,9 @@ class Machine {
           top(Kind::Dict, "BUILD");
           break;
         }
-        default: error("opcode 0x{:02x} ('{}') is not one torch.save writes", op, op >= 0x20 && op < 0x7f ? static_cast<char>(op) : '?');
+        default:
+          error("opcode 0x{:02x} ('{}') is not one torch.save writes", op,
+                op >= 0x20 && op < 0x7f && op != '\\' ? static_cast<char>(op) : '?');
       }
     }
   }
@@ -173,9 +198,17 @@ class Machine {
   }
 
   Object* make(Kind kind) {
-    out_.arena.push_back(std::make_unique<Object>());
-    out_.arena.back()->kind = kind;
-    return out_.arena.back().get();
+    if (out_.arena.size() >= kMaxObjects)
+      error("more than {} values (a state dict of N tensors holds about 20 N)", kMaxObjects);
+    Object& o = out_.arena.emplace_back();
+    o.kind = kind;
+    return &o;
+  }
+  // Every tuple, list and dict slot counts against kMaxSlots: BINGET and APPEND can fill a list with the same
+  // value at two bytes a slot, so the objects' count alone does not bound the memory.
+  void use_slots(std::size_t n) {
+    slots_ += n;
+    if (slots_ > kMaxSlots) error("more than {} tuple, list and dict slots in all", kMaxSlots);
   }
   Object* make_int(std::int64_t value, Kind kind = Kind::Int) {
     Object* o = make(kind);
@@ -193,14 +226,17 @@ class Machine {
     for (const StorageType& type : kStorageTypes)
       if (name == type.name) return with_text(make(Kind::Global), name);
     error("global '{}' is not allowed (only collections.OrderedDict, torch._utils._rebuild_tensor_v2, "
-          "torch._utils._rebuild_parameter and torch's storage types)", name);
+          "torch._utils._rebuild_parameter and torch's storage types)", detail::printable(name));
   }
   static Object* with_text(Object* o, const std::string& text) {
     o->text = text;
     return o;
   }
 
-  void push(Object* o) { stack_.push_back(o); }
+  void push(Object* o) {
+    if (stack_.size() >= kMaxStack) error("more than {} values on the stack", kMaxStack);
+    stack_.push_back(o);
+  }
   Object* pop() {
     if (stack_.empty() || (!marks_.empty() && stack_.size() == marks_.back())) error("stack underflow");
     Object* o = stack_.back();
@@ -231,21 +267,27 @@ class Machine {
   void tuple_of(std::size_t n) {
     if (n > stack_.size() || (!marks_.empty() && stack_.size() - n < marks_.back())) error("stack underflow");
     Object* t = make(Kind::Tuple);
+    use_slots(n);
     t->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
     stack_.resize(stack_.size() - n);
     push(t);
   }
+  // As Python's dict: a string key stored again replaces the value in place. The hash index keeps a dict of
+  // n keys O(n) to build (a linear search per key took minutes for 200,000 keys).
   void set_item(Object* dict, Object* key, Object* value) {
-    if (key->kind == Kind::String)
-      for (auto& [k, v] : dict->entries)
-        if (k->kind == Kind::String && k->text == key->text) {
-          v = value;
-          return;
-        }
+    if (key->kind == Kind::String) {
+      const auto [it, inserted] = dict_index_.emplace(DictKey{dict, key->text}, dict->entries.size());
+      if (!inserted) {
+        dict->entries[it->second].second = value;
+        return;
+      }
+    }
+    use_slots(2);
     dict->entries.emplace_back(key, value);
   }
   void memo_put(std::uint64_t index) {
     if (stack_.empty()) error("memo store with an empty stack");
+    if (memo_.size() >= kMaxMemo && memo_.find(index) == memo_.end()) error("more than {} memo entries", kMaxMemo);
     memo_[index] = stack_.back();
   }
   void memo_get(std::uint64_t index) {
@@ -266,24 +308,25 @@ class Machine {
     const StorageType* storage_type = nullptr;
     for (const StorageType& t : kStorageTypes)
       if (type == t.name) storage_type = &t;
-    if (storage_type == nullptr) error("persistent id names '{}', not a storage type", type);
+    if (storage_type == nullptr) error("persistent id names '{}', not a storage type", detail::printable(type));
     const foreign::Element element = storage_type->element;
-    if (numel < 0) error("storage '{}' has a negative size {}", key, numel);
+    if (numel < 0) error("storage '{}' has a negative size {}", detail::printable(key), numel);
     auto [it, inserted] = storages_.emplace(key, nullptr);
     if (!inserted) {
-      if (it->second->element != element || it->second->numel != numel)
-        error("storage '{}' appears twice with different types or sizes", key);
+      if (it->second->element != element || it->second->integer != numel)
+        error("storage '{}' appears twice with different types or sizes", detail::printable(key));
       return it->second;
     }
     Object* s = with_text(make(Kind::Storage), key);
     s->element = element;
-    s->numel = numel;
+    s->integer = numel;
     it->second = s;
     return s;
   }
 
   Shape ints(const Object* tuple, const char* what) {
     if (tuple->kind != Kind::Tuple) error("{} is not a tuple", what);
+    if (tuple->items.size() > 64) error("{} has {} dims (at most 64)", what, tuple->items.size());
     Shape out;
     for (const Object* o : tuple->items) {
       if (o->kind != Kind::Int) error("{} holds a non-integer", what);
@@ -303,17 +346,18 @@ class Machine {
       if (a.size() < 6 || a.size() > 7 || a[0]->kind != Kind::Storage || a[1]->kind != Kind::Int)
         error("_rebuild_tensor_v2 called with unexpected arguments");
       Object* t = make(Kind::Tensor);
-      t->storage = a[0];
-      t->offset = a[1]->integer;
-      t->shape = ints(a[2], "tensor size");
-      t->strides = ints(a[3], "tensor stride");
+      t->tensor = std::make_unique<TensorView>();
+      t->tensor->storage = a[0];
+      t->tensor->offset = a[1]->integer;
+      t->tensor->shape = ints(a[2], "tensor size");
+      t->tensor->strides = ints(a[3], "tensor stride");
       return t;
     }
     if (callable == "torch._utils._rebuild_parameter") {  // (tensor, requires_grad, backward_hooks)
       if (a.size() != 3 || a[0]->kind != Kind::Tensor) error("_rebuild_parameter called with unexpected arguments");
       return a[0];
     }
-    error("'{}' is not callable", callable);
+    error("'{}' is not callable", detail::printable(callable));
   }
 
   std::string_view bytes_;
@@ -322,8 +366,13 @@ class Machine {
   std::size_t opcode_at_ = 0;
   std::vector<Object*> stack_;
   std::vector<std::size_t> marks_;
-  std::map<std::uint64_t, Object*> memo_;
-  std::map<std::string, Object*> storages_;
+  std::unordered_map<std::uint64_t, Object*> memo_;
+  std::unordered_map<std::string, Object*> storages_;
+  std::unordered_map<DictKey, std::size_t, DictKeyHash> dict_index_;
+  std::size_t slots_ = 0;
+  Object* none_ = nullptr;
+  Object* true_ = nullptr;
+  Object* false_ = nullptr;
   Unpickled out_;
 };
 

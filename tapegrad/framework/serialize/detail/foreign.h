@@ -30,6 +30,10 @@ Element element_of(DType dtype);
 Tensor decode_strided(const char* bytes, Element element, const Shape& shape, const Shape& strides,
                       std::int64_t offset);
 
+/// Decodes `count` little-endian elements at `bytes` into the contiguous tensor `out` (of widened_dtype(element)),
+/// from its element `at` on: the piece-by-piece form of decode_strided, for data read in chunks.
+void decode_contiguous(const char* bytes, Element element, std::int64_t count, Tensor& out, std::int64_t at);
+
 /// The whole file; errors name `what` ("load_pytorch") and the path.
 std::string read_whole_file(const std::string& path, const char* what);
 /// Writes through `write(FILE*)` into a temporary file next to `path`, then renames it over `path`, so a failed
