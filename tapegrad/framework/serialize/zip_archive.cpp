@@ -49,10 +49,9 @@ std::string zip_error_meaning(int code) {
 }
 
 namespace {
-// "<meaning> (libzip: <its words>)": libzip's words alone ("No such file") mislead about a file that exists.
-std::string explain(int code, const char* words) {
-  return fmt::format("{} (libzip: {})", zip_error_meaning(code), words != nullptr ? words : "?");
-}
+// "<meaning> (libzip error N)": libzip's own words ("No such file" for a missing ZIP64 record, "File already
+// exists" for a duplicate name) mislead about a file that exists, so only its code goes with the meaning.
+std::string explain(int code) { return fmt::format("{} (libzip error {})", zip_error_meaning(code), code); }
 }  // namespace
 
 ZipArchive::ZipArchive(std::string_view bytes, const std::string& source) : source_(source), file_size_(bytes.size()) {
@@ -60,9 +59,8 @@ ZipArchive::ZipArchive(std::string_view bytes, const std::string& source) : sour
   zip_error_init(&error);
   zip_source_t* from = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
   const int code = zip_error_code_zip(&error);
-  const std::string words = zip_error_strerror(&error);
   zip_error_fini(&error);
-  open(from, code, words.c_str());
+  open(from, code);
 }
 
 ZipArchive::ZipArchive(int fd, std::uint64_t file_size, const std::string& source)
@@ -79,20 +77,19 @@ ZipArchive::ZipArchive(int fd, std::uint64_t file_size, const std::string& sourc
   zip_source_t* from = zip_source_filep_create(file, 0, static_cast<zip_int64_t>(file_size), &error);
   if (from == nullptr) std::fclose(file);
   const int code = zip_error_code_zip(&error);
-  const std::string words = zip_error_strerror(&error);
   zip_error_fini(&error);
-  open(from, code, words.c_str());
+  open(from, code);
 }
 
-void ZipArchive::open(zip_source_t* from, int error_code_if_null, const char* libzip_words) {
+void ZipArchive::open(zip_source_t* from, int error_code_if_null) {
   if (from == nullptr)
-    fail("{}: not a readable PyTorch file: {}", source_, explain(error_code_if_null, libzip_words));
+    fail("{}: not a readable PyTorch file: {}", source_, explain(error_code_if_null));
   zip_error_t error;
   zip_error_init(&error);
   archive_ = zip_open_from_source(from, ZIP_RDONLY | ZIP_CHECKCONS, &error);
   if (archive_ == nullptr) {
     zip_source_free(from);
-    const std::string reason = explain(zip_error_code_zip(&error), zip_error_strerror(&error));
+    const std::string reason = explain(zip_error_code_zip(&error));
     zip_error_fini(&error);
     fail("{}: not a tapegrad checkpoint, and not a readable PyTorch file (it starts like a zip archive, but {})",
          source_, reason);
@@ -128,7 +125,7 @@ ZipEntry ZipArchive::entry(const std::string& name) const {
   if (zip_stat_index(archive_, static_cast<zip_uint64_t>(index), 0, &stat) != 0 || (stat.valid & kNeeded) != kNeeded) {
     zip_error_t* error = zip_get_error(archive_);
     fail("{}: cannot read the directory record of entry '{}': {}", source_, shown,
-         explain(zip_error_code_zip(error), zip_error_strerror(error)));
+         explain(zip_error_code_zip(error)));
   }
   if (stat.comp_size > file_size_)
     fail("{}: entry '{}' claims {} compressed bytes in a {}-byte file", source_, shown, stat.comp_size, file_size_);
@@ -150,7 +147,7 @@ void ZipArchive::read_prefix(const ZipEntry& entry, std::uint64_t bytes,
   ZipFile file(zip_fopen_index(archive_, entry.index, 0), zip_fclose);
   if (!file) {
     zip_error_t* error = zip_get_error(archive_);
-    fail("{}: cannot open entry '{}': {}", source_, shown, explain(zip_error_code_zip(error), zip_error_strerror(error)));
+    fail("{}: cannot open entry '{}': {}", source_, shown, explain(zip_error_code_zip(error)));
   }
   std::vector<char> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(bytes, 1), kChunk)));
   std::uint64_t done = 0;
@@ -162,7 +159,7 @@ void ZipArchive::read_prefix(const ZipEntry& entry, std::uint64_t bytes,
     const zip_int64_t n = zip_fread(file.get(), chunk.data(), want);
     if (n < 0) {
       zip_error_t* error = zip_file_get_error(file.get());
-      fail("{}: entry '{}' is corrupt: {}", source_, shown, explain(zip_error_code_zip(error), zip_error_strerror(error)));
+      fail("{}: entry '{}' is corrupt: {}", source_, shown, explain(zip_error_code_zip(error)));
     }
     if (n == 0) break;
     if (done >= bytes) fail("{}: entry '{}' holds more than the {} bytes it claims", source_, shown, entry.size);
@@ -179,7 +176,7 @@ void ZipArchive::read_prefix_into(const ZipEntry& entry, std::uint64_t bytes, ch
   ZipFile file(zip_fopen_index(archive_, entry.index, 0), zip_fclose);
   if (!file) {
     zip_error_t* error = zip_get_error(archive_);
-    fail("{}: cannot open entry '{}': {}", source_, shown, explain(zip_error_code_zip(error), zip_error_strerror(error)));
+    fail("{}: cannot open entry '{}': {}", source_, shown, explain(zip_error_code_zip(error)));
   }
   std::uint64_t done = 0;
   const bool whole = bytes == entry.size;
@@ -191,7 +188,7 @@ void ZipArchive::read_prefix_into(const ZipEntry& entry, std::uint64_t bytes, ch
     const zip_int64_t n = zip_fread(file.get(), target, want);
     if (n < 0) {
       zip_error_t* error = zip_file_get_error(file.get());
-      fail("{}: entry '{}' is corrupt: {}", source_, shown, explain(zip_error_code_zip(error), zip_error_strerror(error)));
+      fail("{}: entry '{}' is corrupt: {}", source_, shown, explain(zip_error_code_zip(error)));
     }
     if (n == 0) break;
     if (done >= bytes) fail("{}: entry '{}' holds more than the {} bytes it claims", source_, shown, entry.size);

@@ -22,7 +22,7 @@ struct ZipEntry {
 };
 
 /// A read-only zip archive from a file or from bytes in memory. Every error is a tapegrad::Error naming `source`,
-/// the entry, and what libzip's code means for a PyTorch file (libzip's own words follow in parentheses).
+/// the entry, and what libzip's code means for a PyTorch file (with the code, not libzip's own words).
 class ZipArchive {
  public:
   /// The archive in `bytes`, which must outlive it.
@@ -53,7 +53,7 @@ class ZipArchive {
   void prove_prefix(const ZipEntry& entry, std::uint64_t bytes) const;
 
  private:
-  void open(zip_source* from, int error_code_if_null, const char* libzip_words);
+  void open(zip_source* from, int error_code_if_null);
 
   const std::string& source_;
   zip* archive_ = nullptr;
