@@ -1,141 +1,266 @@
 // safetensors (https://github.com/huggingface/safetensors): an 8-byte little-endian header length N, N bytes of
-// JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then
-// the data, little-endian and row-major, offsets relative to its start. The JSON is nlohmann_json's.
+// JSON (parsed in safetensors_header.cpp), then the data, little-endian and row-major, offsets relative to its
+// start. Loading into a module reads only the header until every entry has been checked against the module, then
+// reads each tensor once, straight into a tensor of the module's dtype.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <limits>
+#include <map>
+#include <new>
+#include <set>
+#include <type_traits>
 
-#include <tapegrad/framework/checked_arithmetic.h>
+#include <tapegrad/framework/detail/file_io.h>
+#include <tapegrad/framework/detail/printable.h>
 #include <tapegrad/framework/serialize/detail/foreign.h>
+#include <tapegrad/framework/serialize/detail/safetensors_header.h>
 #include <tapegrad/framework/serialize/interop.h>
 
 namespace tapegrad {
 namespace {
 
-// The reference implementation refuses headers above 100 MB; so does this one.
-constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+using detail::printable;
+using safetensors::Entry;
 
-struct DtypeName {
-  const char* code;
-  foreign::Element element;
-};
-constexpr DtypeName kDtypes[] = {{"F16", foreign::Element::Float16}, {"BF16", foreign::Element::BFloat16},
-                                 {"F32", foreign::Element::Float32}, {"F64", foreign::Element::Float64},
-                                 {"I64", foreign::Element::Int64},   {"I32", foreign::Element::Int32},
-                                 {"I16", foreign::Element::Int16},   {"I8", foreign::Element::Int8},
-                                 {"U8", foreign::Element::UInt8},    {"BOOL", foreign::Element::Bool}};
+// Widening goes through a scratch buffer of this many file bytes, so memory stays the destination plus this.
+constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+// At most this many names are listed in a message about missing or unexpected keys.
+constexpr std::size_t kNamesShown = 20;
 
-foreign::Element element_of_code(const std::string& code, const std::string& where) {
-  for (const DtypeName& d : kDtypes)
-    if (code == d.code) return d.element;
-  fail("{}: dtype '{}' is not one tapegrad reads (F16, BF16, F32, F64, I64, I32, I16, I8, U8, BOOL)", where, code);
+// The header's length from the file's first 8 bytes, checked against the bytes after it and the format's limit.
+std::uint64_t header_length(const char* first8, std::uint64_t file_bytes, const std::string& source) {
+  std::uint64_t length = 0;
+  std::memcpy(&length, first8, sizeof length);
+  if (length > file_bytes - 8)
+    fail("{}: header length {} at offset 0 exceeds the {} bytes after it", source, length, file_bytes - 8);
+  if (length > safetensors::kMaxHeaderBytes)
+    fail("{}: header length {} at offset 0 exceeds the format's limit of {} bytes", source, length,
+         safetensors::kMaxHeaderBytes);
+  return length;
 }
 
-const char* code_of(foreign::Element element) {
-  for (const DtypeName& d : kDtypes)
-    if (d.element == element) return d.code;
-  return "?";
+std::string describe(const Entry* entry) {
+  return entry == nullptr ? std::string("the header") : fmt::format("tensor '{}'", printable(entry->name));
 }
 
-struct Entry {
-  std::string name;
-  foreign::Element element{};
-  Shape shape;
-  std::uint64_t begin = 0, end = 0;
-};
-
-std::uint64_t unsigned_of(const nlohmann::ordered_json& value, const std::string& where) {
-  if (!value.is_number_unsigned()) fail("{}: expected a non-negative integer, got {}", where, value.dump());
-  return value.get<std::uint64_t>();
-}
-
-Entry parse_entry(const std::string& name, const nlohmann::ordered_json& info, const std::string& source) {
-  const std::string where = fmt::format("{}: tensor '{}'", source, name);
-  if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets"))
-    fail("{}: needs an object with dtype, shape and data_offsets", where);
-  Entry e;
-  e.name = name;
-  if (!info["dtype"].is_string()) fail("{}: dtype is not a string", where);
-  e.element = element_of_code(info["dtype"].get<std::string>(), where);
-  const nlohmann::ordered_json& shape = info["shape"];
-  const nlohmann::ordered_json& offsets = info["data_offsets"];
-  if (!shape.is_array() || shape.size() > 64) fail("{}: shape is not an array of at most 64 extents", where);
-  for (const auto& extent : shape) {
-    const std::uint64_t x = unsigned_of(extent, where + " shape");
-    if (x > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) fail("{}: extent {} too large", where, x);
-    e.shape.push_back(static_cast<std::int64_t>(x));
+// Reads exactly `bytes` at file offset `offset`. The sizes were checked against the file's size at open, so a
+// short read means the file shrank since; both that and a read error name the path and the tensor.
+void pread_exact(int fd, void* out, std::size_t bytes, std::uint64_t offset, const std::string& path,
+                 const Entry* entry) {
+  auto* p = static_cast<char*>(out);
+  const std::uint64_t first = offset, last = offset + bytes;
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, p, std::min<std::size_t>(bytes, std::size_t{1} << 30), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      fail("{}: reading {} (file bytes {} to {}) failed at byte {}: {}", path, describe(entry), first, last, offset,
+           std::strerror(errno));
+    if (n == 0)
+      fail("{}: reading {} (file bytes {} to {}): the file ends at byte {}; it shrank while being read", path,
+           describe(entry), first, last, offset);
+    p += n;
+    offset += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::size_t>(n);
   }
-  if (!offsets.is_array() || offsets.size() != 2) fail("{}: data_offsets is not [begin, end]", where);
-  e.begin = unsigned_of(offsets[0], where + " data_offsets");
-  e.end = unsigned_of(offsets[1], where + " data_offsets");
-  const std::size_t bytes = checked_bytes(e.shape, foreign::element_bytes(e.element), where.c_str());
-  if (e.end < e.begin || e.end - e.begin != bytes)
-    fail("{}: data_offsets [{}, {}] hold {} bytes but shape {} of {} needs {}", where, e.begin, e.end,
-         e.end < e.begin ? 0 : e.end - e.begin, shape_string(e.shape), code_of(e.element), bytes);
-  return e;
+}
+
+// Stores n widened values into the destination's dtype, as Tensor::to does; an int64 destination takes only
+// whole numbers from floating data, as load_foreign_state requires.
+template <class To, class From>
+void store(To* out, const From* in, std::int64_t n, const std::string& path, const Entry& entry) {
+  if constexpr (std::is_same_v<To, std::int64_t> && std::is_floating_point_v<From>) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = in[i];
+      if (!(v >= -9.2e18 && v <= 9.2e18) || v != static_cast<double>(static_cast<std::int64_t>(v)))
+        fail("{}: tensor '{}' holds {} where the model's int64 entry needs whole numbers", path,
+             printable(entry.name), v);
+      out[i] = static_cast<std::int64_t>(v);
+    }
+  } else if constexpr (std::is_same_v<To, From>) {
+    std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(To));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<To>(in[i]);
+  }
+}
+
+template <class From>
+void store_into(Tensor& target, std::int64_t at, const Tensor& wide, const std::string& path, const Entry& entry) {
+  const From* in = wide.data<From>();
+  switch (target.dtype()) {
+    case DType::Float32: store(target.data<float>() + at, in, wide.numel(), path, entry); break;
+    case DType::Float64: store(target.data<double>() + at, in, wide.numel(), path, entry); break;
+    case DType::Int64: store(target.data<std::int64_t>() + at, in, wide.numel(), path, entry); break;
+  }
+}
+
+// One tensor's data into `target` (the entry's shape, the module's dtype). The file's own layout, when it is the
+// target's, is read in place; anything else goes through a bounded scratch buffer, widened chunk by chunk.
+void read_tensor(int fd, const Entry& entry, std::uint64_t data_start, Tensor& target, const std::string& path) {
+  const std::uint64_t offset = data_start + entry.begin;
+  const std::size_t bytes = static_cast<std::size_t>(entry.end - entry.begin);
+  if (bytes == 0) return;
+  if (entry.element == foreign::element_of(target.dtype())) {
+    pread_exact(fd, target.raw_data(), bytes, offset, path, &entry);
+    return;
+  }
+  const std::size_t size = foreign::element_bytes(entry.element);
+  const std::int64_t numel = target.numel(), chunk = static_cast<std::int64_t>(kChunkBytes / size);
+  std::vector<char> scratch(std::min(bytes, static_cast<std::size_t>(chunk) * size));
+  for (std::int64_t at = 0; at < numel; at += chunk) {
+    const std::int64_t n = std::min(chunk, numel - at);
+    pread_exact(fd, scratch.data(), static_cast<std::size_t>(n) * size, offset + static_cast<std::uint64_t>(at) * size,
+                path, &entry);
+    const Tensor wide = foreign::decode_strided(scratch.data(), entry.element, {n}, {1}, 0);
+    switch (wide.dtype()) {
+      case DType::Float32: store_into<float>(target, at, wide, path, entry); break;
+      case DType::Float64: store_into<double>(target, at, wide, path, entry); break;
+      case DType::Int64: store_into<std::int64_t>(target, at, wide, path, entry); break;
+    }
+  }
+}
+
+std::string name_list(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < kNamesShown; ++i) out += (i > 0 ? ", " : "") + printable(names[i]);
+  if (names.size() > kNamesShown) out += fmt::format(" and {} more", names.size() - kNamesShown);
+  return out;
+}
+
+// The module's tensor for each entry (undefined for an entry the module lacks), after checking, before any data
+// is read, everything the header alone can tell: shapes, and in strict mode missing and unexpected keys (the
+// tapegrad-only buffers may be absent, as load_foreign_state treats them). An int64 destination for floating
+// data is left to read_tensor, which needs the values.
+std::vector<Tensor> match_module(const nn::Module& module, const std::vector<Entry>& entries, bool strict,
+                                 const std::string& path) {
+  std::map<std::string, Tensor, std::less<>> expected;
+  for (auto& [name, tensor] : module.state()) expected.emplace(name, tensor);
+  std::vector<Tensor> targets(entries.size());
+  std::vector<std::string_view> unexpected;
+  std::set<std::string_view> found;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const auto it = expected.find(e.name);
+    if (it == expected.end()) {
+      unexpected.push_back(e.name);
+      continue;
+    }
+    if (it->second.shape() != e.shape)
+      fail("{}: size mismatch for {}: file {} ({}), model {}", path, printable(e.name), shape_string(e.shape),
+           safetensors::code_of(e.element), shape_string(it->second.shape()));
+    targets[i] = it->second;
+    found.insert(e.name);
+  }
+  if (!strict) return targets;  // load_foreign_state reports the missing and unexpected keys
+  std::vector<std::string_view> missing;
+  const nn::NamedTensors torch_visible = pytorch_state(module);
+  for (const auto& [name, tensor] : torch_visible)
+    if (!found.count(name)) missing.push_back(name);
+  if (!missing.empty())
+    fail("{}: missing key{} {}", path, missing.size() > 1 ? "s" : "", name_list(missing));
+  if (!unexpected.empty())
+    fail("{}: unexpected key{} {}", path, unexpected.size() > 1 ? "s" : "", name_list(unexpected));
+  return targets;
 }
 
 }  // namespace
 
 std::vector<ForeignTensor> read_safetensors(std::string_view bytes, const std::string& source) {
   if (bytes.size() < 8) fail("{}: {} bytes is too short for a safetensors file", source, bytes.size());
-  std::uint64_t header_bytes = 0;
-  std::memcpy(&header_bytes, bytes.data(), sizeof header_bytes);
-  if (header_bytes > bytes.size() - 8 || header_bytes > kMaxHeaderBytes)
-    fail("{}: header length {} at offset 0 exceeds the {} bytes after it", source, header_bytes, bytes.size() - 8);
-  nlohmann::ordered_json header;  // ordered: entries keep the file's order
+  const Entry* current = nullptr;
   try {
-    header = nlohmann::ordered_json::parse(bytes.substr(8, static_cast<std::size_t>(header_bytes)));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: the JSON header (bytes 8 to {}) is invalid: {}", source, 8 + header_bytes, e.what());
-  }
-  if (!header.is_object()) fail("{}: the JSON header is not an object", source);
-
-  std::vector<Entry> entries;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") {
-      if (!info.is_object()) fail("{}: __metadata__ is not an object", source);
-      for (const auto& [key, value] : info.items())
-        if (!value.is_string()) fail("{}: __metadata__ '{}' is not a string", source, key);
-      continue;
+    const std::uint64_t header_bytes = header_length(bytes.data(), bytes.size(), source);
+    const std::vector<Entry> entries =
+        safetensors::parse_header(bytes.substr(8, static_cast<std::size_t>(header_bytes)), source);
+    safetensors::check_tiling(entries, bytes.size() - 8 - header_bytes, source);
+    const char* data = bytes.data() + 8 + header_bytes;
+    std::vector<ForeignTensor> out;
+    out.reserve(entries.size());
+    for (const Entry& e : entries) {
+      current = &e;
+      ForeignTensor t;
+      t.name = e.name;
+      t.stored_dtype = foreign::element_name(e.element);
+      t.value = foreign::decode_strided(data + e.begin, e.element, e.shape, contiguous_strides(e.shape), 0);
+      out.push_back(std::move(t));
     }
-    entries.push_back(parse_entry(name, info, source));
+    return out;
+  } catch (const std::bad_alloc&) {
+    fail("{}: out of memory decoding {}{}", source, describe(current),
+         current ? fmt::format(" ({} bytes in the file)", current->end - current->begin) : "");
   }
-  // Note: as the reference implementation, the entries must tile the data exactly: no overlap (two tensors
-  // sharing bytes), no gap, nothing after the last. A file that passes cannot make a tensor read past its end.
-  const std::uint64_t data_bytes = bytes.size() - 8 - header_bytes;
-  std::vector<const Entry*> by_offset;
-  for (const Entry& e : entries) by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  std::uint64_t covered = 0;
-  for (const Entry* e : by_offset) {
-    if (e->begin != covered)
-      fail("{}: tensor '{}' starts at data offset {} but the previous tensor ends at {} ({})", source, e->name,
-           e->begin, covered, e->begin < covered ? "overlap" : "gap");
-    covered = e->end;
-  }
-  if (covered != data_bytes)
-    fail("{}: the tensors cover {} data bytes but the file holds {} after the header", source, covered, data_bytes);
-
-  const char* data = bytes.data() + 8 + header_bytes;
-  std::vector<ForeignTensor> out;
-  for (const Entry& e : entries) {
-    ForeignTensor t;
-    t.name = e.name;
-    t.stored_dtype = foreign::element_name(e.element);
-    t.value = foreign::decode_strided(data + e.begin, e.element, e.shape, contiguous_strides(e.shape), 0);
-    out.push_back(std::move(t));
-  }
-  return out;
 }
 
 nn::LoadResult load_safetensors(nn::Module& module, const std::string& path, bool strict) {
-  const std::string bytes = foreign::read_whole_file(path, "load_safetensors");
-  return load_foreign_state(module, read_safetensors(bytes, path), strict, path);
+  std::string doing = "the header";  // what was being allocated, for an out-of-memory message
+  std::uint64_t doing_bytes = 0;
+  try {
+    detail::RegularFile file(path, "load_safetensors");
+    if (file.size() < 8) fail("{}: {} bytes is too short for a safetensors file", path, file.size());
+    char first8[8];
+    pread_exact(file.fd(), first8, sizeof first8, 0, path, nullptr);
+    const std::uint64_t header_bytes = header_length(first8, file.size(), path);
+    doing_bytes = header_bytes;
+    std::vector<Entry> entries;
+    {
+      std::string header(static_cast<std::size_t>(header_bytes), '\0');
+      pread_exact(file.fd(), header.data(), header.size(), 8, path, nullptr);
+      entries = safetensors::parse_header(header, path);
+    }
+    const std::uint64_t data_start = 8 + header_bytes;
+    safetensors::check_tiling(entries, file.size() - data_start, path);
+    const std::vector<Tensor> targets = match_module(module, entries, strict, path);
+
+    // Note: every check the header allows has passed. Int64 entries from floating data still need whole numbers,
+    // so they are read first, into fresh tensors; the module is untouched if one fails. Every other entry is then
+    // read straight into the module's own storage: its pages are already mapped, where a fresh tensor's first
+    // touch costs a page fault per 4 KiB (that made loading several times slower than the disk), and there is
+    // no second copy. What can still fail then is only the reading itself (an I/O error, a file truncated
+    // since it was opened), and that leaves the entries read so far loaded.
+    std::vector<ForeignTensor> tensors(entries.size());
+    std::vector<bool> direct(entries.size(), false);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
+      tensors[i].name = e.name;
+      tensors[i].stored_dtype = foreign::element_name(e.element);
+      if (!targets[i].defined()) continue;  // not the module's: never read (load_state only lists its name)
+      const bool checked = targets[i].dtype() == DType::Int64 && is_floating(foreign::widened_dtype(e.element));
+      direct[i] = !checked && targets[i].is_contiguous();
+      if (direct[i]) continue;
+      doing = describe(&e);
+      doing_bytes = static_cast<std::uint64_t>(shape_numel(e.shape)) * element_size(targets[i].dtype());
+      Tensor value = empty(e.shape, targets[i].dtype());
+      read_tensor(file.fd(), e, data_start, value, path);
+      tensors[i].value = std::move(value);
+    }
+    // A file truncated since it was opened is refused here, before the module is written to.
+    struct stat now {};
+    if (::fstat(file.fd(), &now) == 0 && static_cast<std::uint64_t>(now.st_size) < file.size())
+      fail("{}: the file shrank from {} to {} bytes while being read", path, file.size(), now.st_size);
+    std::size_t written = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (!direct[i]) continue;
+      Tensor target = targets[i];
+      doing = describe(&entries[i]);
+      doing_bytes = entries[i].end - entries[i].begin;
+      try {
+        read_tensor(file.fd(), entries[i], data_start, target, path);
+      } catch (const Error& e) {
+        fail("{}; the model is left partly loaded ({} of its entries read before this one)", e.what(), written);
+      }
+      tensors[i].value = target;
+      ++written;
+    }
+    doing = "the module's state";
+    doing_bytes = 0;
+    return load_foreign_state(module, tensors, strict, path);
+  } catch (const std::bad_alloc&) {
+    fail("{}: out of memory reading {} ({} bytes)", path, doing, doing_bytes);
+  }
 }
 
 void save_safetensors(const nn::Module& module, const std::string& path) {
@@ -147,7 +272,7 @@ void save_safetensors(const nn::Module& module, const std::string& path) {
   std::uint64_t offset = 0;
   for (const auto& [name, t] : state) {
     const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * element_size(t.dtype());
-    header[name] = {{"dtype", code_of(foreign::element_of(t.dtype()))},
+    header[name] = {{"dtype", safetensors::code_of(foreign::element_of(t.dtype()))},
                     {"shape", t.shape()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
