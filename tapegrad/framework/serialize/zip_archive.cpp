@@ -141,6 +141,15 @@ ZipEntry ZipArchive::entry(const std::string& name) const {
 
 void ZipArchive::read_prefix(const ZipEntry& entry, std::uint64_t bytes,
                              const std::function<void(const char*, std::size_t)>& sink) const {
+  read(entry, bytes, nullptr, &sink);
+}
+
+void ZipArchive::read_prefix_into(const ZipEntry& entry, std::uint64_t bytes, char* into) const {
+  read(entry, bytes, into, nullptr);
+}
+
+void ZipArchive::read(const ZipEntry& entry, std::uint64_t bytes, char* into,
+                      const std::function<void(const char*, std::size_t)>* sink) const {
   const std::string shown = detail::printable(entry.name);
   if (bytes > entry.size)
     fail("{}: entry '{}' holds {} bytes, fewer than the {} needed", source_, shown, entry.size, bytes);
@@ -149,41 +158,18 @@ void ZipArchive::read_prefix(const ZipEntry& entry, std::uint64_t bytes,
     zip_error_t* error = zip_get_error(archive_);
     fail("{}: cannot open entry '{}': {}", source_, shown, explain(zip_error_code_zip(error)));
   }
-  std::vector<char> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(bytes, 1), kChunk)));
+  std::vector<char> chunk(into != nullptr ? 0 : static_cast<std::size_t>(std::min(std::max<std::uint64_t>(bytes, 1), std::uint64_t{kChunk})));
   std::uint64_t done = 0;
   const bool whole = bytes == entry.size;
   while (true) {
     // Note: when the whole entry is wanted, one read past its end, so that libzip's CRC check runs.
-    const std::uint64_t want = done < bytes ? std::min<std::uint64_t>(bytes - done, chunk.size()) : (whole ? 1 : 0);
-    if (want == 0) break;
-    const zip_int64_t n = zip_fread(file.get(), chunk.data(), want);
-    if (n < 0) {
-      zip_error_t* error = zip_file_get_error(file.get());
-      fail("{}: entry '{}' is corrupt: {}", source_, shown, explain(zip_error_code_zip(error)));
-    }
-    if (n == 0) break;
-    if (done >= bytes) fail("{}: entry '{}' holds more than the {} bytes it claims", source_, shown, entry.size);
-    sink(chunk.data(), static_cast<std::size_t>(n));
-    done += static_cast<std::uint64_t>(n);
-  }
-  if (done != bytes) fail("{}: entry '{}' holds {} bytes, not the {} it claims", source_, shown, done, entry.size);
-}
-
-void ZipArchive::read_prefix_into(const ZipEntry& entry, std::uint64_t bytes, char* into) const {
-  const std::string shown = detail::printable(entry.name);
-  if (bytes > entry.size)
-    fail("{}: entry '{}' holds {} bytes, fewer than the {} needed", source_, shown, entry.size, bytes);
-  ZipFile file(zip_fopen_index(archive_, entry.index, 0), zip_fclose);
-  if (!file) {
-    zip_error_t* error = zip_get_error(archive_);
-    fail("{}: cannot open entry '{}': {}", source_, shown, explain(zip_error_code_zip(error)));
-  }
-  std::uint64_t done = 0;
-  const bool whole = bytes == entry.size;
-  while (true) {
     char spare = 0;
-    char* target = done < bytes ? into + done : &spare;
-    const std::uint64_t want = done < bytes ? bytes - done : (whole ? 1 : 0);
+    char* target = &spare;
+    std::uint64_t want = whole ? 1 : 0;
+    if (done < bytes) {
+      target = into != nullptr ? into + done : chunk.data();
+      want = into != nullptr ? bytes - done : std::min<std::uint64_t>(bytes - done, chunk.size());
+    }
     if (want == 0) break;
     const zip_int64_t n = zip_fread(file.get(), target, want);
     if (n < 0) {
@@ -192,6 +178,7 @@ void ZipArchive::read_prefix_into(const ZipEntry& entry, std::uint64_t bytes, ch
     }
     if (n == 0) break;
     if (done >= bytes) fail("{}: entry '{}' holds more than the {} bytes it claims", source_, shown, entry.size);
+    if (sink != nullptr) (*sink)(target, static_cast<std::size_t>(n));
     done += static_cast<std::uint64_t>(n);
   }
   if (done != bytes) fail("{}: entry '{}' holds {} bytes, not the {} it claims", source_, shown, done, entry.size);

@@ -54,6 +54,9 @@ class ZipArchive {
 
  private:
   void open(zip_source* from, int error_code_if_null);
+  // The first `bytes` of the entry: straight into `into` when given, else through a 1 MiB buffer to `sink`.
+  void read(const ZipEntry& entry, std::uint64_t bytes, char* into,
+            const std::function<void(const char*, std::size_t)>* sink) const;
 
   const std::string& source_;
   zip* archive_ = nullptr;
