@@ -1,0 +1,263 @@
+// recurrent_sequence: one RNN / LSTM / GRU layer-direction as one op. The forward steps are below; the
+// hand-written backpropagation through time is in recurrent_backward.cpp (the loops of both:
+// ops/detail/recurrent_steps.h).
+#include <tapegrad/framework/ops/recurrent.h>
+
+#include <cmath>
+
+#include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/ops/detail/recurrent_steps.h>
+
+namespace tapegrad {
+
+namespace detail {
+
+namespace {
+
+template <class S>
+S sigmoid(S x) {
+  return S(1) / (S(1) + std::exp(-x));
+}
+
+}  // namespace
+
+template <class S>
+void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const S* c0) {
+  const std::int64_t B = b.batch, H = b.hidden, P = b.state, GH = b.gates;
+  std::vector<S> hidden_products(static_cast<std::size_t>(B * GH));
+  S* gh = hidden_products.data();
+  if (b.kind == RecurrentKind::LSTM)
+    for (std::int64_t k = 0; k < B * H; ++k) b.cells[k] = c0 ? c0[k] : S(0);
+  for (std::int64_t s = 0; s < b.steps; ++s) {
+    const std::int64_t t = b.time(s);
+    const S* h_prev = s == 0 ? b.h0 : b.output + b.time(s - 1) * B * P;
+    kernels::gemm(false, true, B, GH, P, S(1), h_prev, P, b.weight_hh, P, S(0), gh, GH);
+    const S* x = input_projection + t * B * GH;
+    S* out = b.output + t * B * P;
+    switch (b.kind) {
+      case RecurrentKind::RNNTanh:
+      case RecurrentKind::RNNReLU: {
+        const bool relu = b.kind == RecurrentKind::RNNReLU;
+        for (std::int64_t n = 0; n < B; ++n)
+          for (std::int64_t j = 0; j < H; ++j) {
+            const std::int64_t k = n * GH + j;
+            const S pre = x[k] + gh[k] + (b.bias_hh ? b.bias_hh[j] : S(0));
+            out[n * P + j] = relu ? (pre > S(0) ? pre : S(0)) : std::tanh(pre);
+          }
+        break;
+      }
+      case RecurrentKind::LSTM: {
+        S* act = b.activations + t * B * GH;
+        const S* c_prev = b.cells + s * B * H;
+        S* c = b.cells + (s + 1) * B * H;
+        S* u = b.unprojected ? b.unprojected + t * B * H : out;
+        for (std::int64_t n = 0; n < B; ++n)
+          for (std::int64_t j = 0; j < H; ++j) {
+            S gate[4];
+            for (int q = 0; q < 4; ++q) {
+              const std::int64_t k = n * GH + q * H + j;
+              gate[q] = x[k] + gh[k] + (b.bias_hh ? b.bias_hh[q * H + j] : S(0));
+            }
+            const S i = sigmoid(gate[0]), f = sigmoid(gate[1]), g = std::tanh(gate[2]), o = sigmoid(gate[3]);
+            S* a = act + n * GH + j;
+            a[0] = i, a[H] = f, a[2 * H] = g, a[3 * H] = o;
+            const S cell = f * c_prev[n * H + j] + i * g;
+            c[n * H + j] = cell;
+            u[n * (b.unprojected ? H : P) + j] = o * std::tanh(cell);
+          }
+        if (b.unprojected) kernels::gemm(false, true, B, P, H, S(1), u, H, b.weight_hr, H, S(0), out, P);
+        break;
+      }
+      case RecurrentKind::GRU: {
+        S* act = b.activations + t * B * GH;
+        S* hn = b.hidden_n + t * B * H;
+        for (std::int64_t n = 0; n < B; ++n)
+          for (std::int64_t j = 0; j < H; ++j) {
+            const std::int64_t k = n * GH + j;
+            const S* bias = b.bias_hh;
+            const S r = sigmoid(x[k] + gh[k] + (bias ? bias[j] : S(0)));
+            const S z = sigmoid(x[k + H] + gh[k + H] + (bias ? bias[H + j] : S(0)));
+            const S hidden = gh[k + 2 * H] + (bias ? bias[2 * H + j] : S(0));
+            const S cand = std::tanh(x[k + 2 * H] + r * hidden);
+            act[k] = r, act[k + H] = z, act[k + 2 * H] = cand;
+            hn[n * H + j] = hidden;
+            out[n * P + j] = (S(1) - z) * cand + z * h_prev[n * P + j];
+          }
+        break;
+      }
+    }
+  }
+}
+
+template void recurrent_forward<float>(RecurrentBuffers<float>&, const float*, const float*);
+template void recurrent_forward<double>(RecurrentBuffers<double>&, const double*, const double*);
+
+}  // namespace detail
+
+std::int64_t recurrent_gate_count(RecurrentKind kind) {
+  switch (kind) {
+    case RecurrentKind::LSTM: return 4;
+    case RecurrentKind::GRU: return 3;
+    default: return 1;
+  }
+}
+
+namespace {
+
+const char* op_name(RecurrentKind kind) {
+  switch (kind) {
+    case RecurrentKind::RNNTanh: return "rnn_tanh";
+    case RecurrentKind::RNNReLU: return "rnn_relu";
+    case RecurrentKind::LSTM: return "lstm";
+    case RecurrentKind::GRU: return "gru";
+  }
+  return "recurrent";
+}
+
+void check_shape(const char* op, const char* what, const Tensor& t, const Shape& expected, DType dtype) {
+  if (!t.defined()) fail("{}: {} is undefined (expected {})", op, what, shape_string(expected));
+  if (t.shape() != expected) fail("{}: expected {} {}, got {}", op, what, shape_string(expected), shape_string(t.shape()));
+  if (t.dtype() != dtype) fail("{}: {} is {} but input_projection is {}", op, what, dtype_name(t.dtype()), dtype_name(dtype));
+}
+
+// The values of `t` as a contiguous tensor without history (the tensor itself when already contiguous).
+Tensor values_of(const Tensor& t) { return t.defined() ? t.detach().contiguous() : Tensor(); }
+
+template <class S>
+const S* pointer(const Tensor& t) {
+  return t.defined() ? t.data<S>() : nullptr;
+}
+template <class S>
+S* pointer(Tensor& t) {
+  return t.defined() ? t.data<S>() : nullptr;
+}
+
+// What the record keeps for its backward.
+struct Saved {
+  RecurrentKind kind;
+  std::int64_t steps, batch, hidden, state;
+  bool reverse;
+  SavedTensor weight_hh, bias_hh, weight_hr, h0;
+  Tensor output, activations, cells, hidden_n, unprojected;
+};
+
+template <class S>
+detail::RecurrentBuffers<S> buffers_of(const Saved& s, const Tensor& weight_hh, const Tensor& bias_hh,
+                                       const Tensor& weight_hr, const Tensor& h0) {
+  Tensor output = s.output, activations = s.activations, cells = s.cells, hidden_n = s.hidden_n,
+         unprojected = s.unprojected;
+  return {s.kind,
+          s.steps,
+          s.batch,
+          s.hidden,
+          s.state,
+          recurrent_gate_count(s.kind) * s.hidden,
+          s.reverse,
+          pointer<S>(weight_hh),
+          pointer<S>(bias_hh),
+          pointer<S>(weight_hr),
+          pointer<S>(h0),
+          pointer<S>(output),
+          pointer<S>(activations),
+          pointer<S>(cells),
+          pointer<S>(hidden_n),
+          pointer<S>(unprojected)};
+}
+
+std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad needs);
+
+}  // namespace
+
+RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_projection, const Tensor& weight_hh,
+                                     const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,
+                                     const Tensor& weight_hr, bool reverse) {
+  const char* op = op_name(kind);
+  input_projection.check_defined(op);
+  const DType dtype = input_projection.dtype();
+  if (!is_floating(dtype)) fail("{}: expected a float32 or float64 input_projection, got {}", op, dtype_name(dtype));
+  if (input_projection.dim() != 3)
+    fail("{}: expected input_projection [T, B, G*H], got {}", op, shape_string(input_projection.shape()));
+  const std::int64_t G = recurrent_gate_count(kind);
+  const std::int64_t T = input_projection.size(0), B = input_projection.size(1), GH = input_projection.size(2);
+  if (T < 1 || B < 1 || GH < G || GH % G != 0)
+    fail("{}: expected input_projection [T >= 1, B >= 1, {} * hidden_size], got {}", op, G,
+         shape_string(input_projection.shape()));
+  const std::int64_t H = GH / G;
+  if (weight_hr.defined() && kind != RecurrentKind::LSTM) fail("{}: weight_hr is only for LSTM", op);
+  const std::int64_t P = weight_hr.defined() ? weight_hr.size(0) : H;
+  if (weight_hr.defined()) check_shape(op, "weight_hr", weight_hr, {P, H}, dtype);
+  check_shape(op, "weight_hh", weight_hh, {GH, P}, dtype);
+  if (bias_hh.defined()) check_shape(op, "bias_hh", bias_hh, {GH}, dtype);
+  check_shape(op, "h0", h0, {B, P}, dtype);
+  if (kind == RecurrentKind::LSTM) check_shape(op, "c0", c0, {B, H}, dtype);
+  else if (c0.defined()) fail("{}: c0 is only for LSTM", op);
+
+  const bool lstm = kind == RecurrentKind::LSTM;
+  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  Tensor packed = empty({T * B * P + (lstm ? B * H : 0)}, dtype);
+  if (kind == RecurrentKind::LSTM || kind == RecurrentKind::GRU) saved.activations = empty({T, B, GH}, dtype);
+  if (lstm) saved.cells = empty({T + 1, B, H}, dtype);
+  if (kind == RecurrentKind::GRU) saved.hidden_n = empty({T, B, H}, dtype);
+  if (weight_hr.defined()) saved.unprojected = empty({T, B, H}, dtype);
+  saved.output = packed.detach();
+  const Tensor x = values_of(input_projection), w = values_of(weight_hh), bias = values_of(bias_hh),
+               h = values_of(h0), c = values_of(c0), w_r = values_of(weight_hr);
+  detail::dispatch_floating(dtype, op, [&](auto zero) {
+    using S = decltype(zero);
+    auto b = buffers_of<S>(saved, w, bias, w_r, h);
+    detail::recurrent_forward<S>(b, x.data<S>(), pointer<S>(c));
+    if (lstm) {  // c_n after the outputs
+      const S* last = b.cells + T * B * H;
+      std::copy(last, last + B * H, packed.data<S>() + T * B * P);
+    }
+  });
+
+  packed = record_if_needed(op, packed, {input_projection, weight_hh, bias_hh, h0, c0, weight_hr}, [&] {
+    saved.weight_hh = SavedTensor(weight_hh, op);
+    if (bias_hh.defined()) saved.bias_hh = SavedTensor(bias_hh, op);
+    if (weight_hr.defined()) saved.weight_hr = SavedTensor(weight_hr, op);
+    saved.h0 = SavedTensor(h0, op);
+    return [saved = std::move(saved)](const Tensor& grad, NeedsGrad needs) { return backward_of(saved, grad, needs); };
+  });
+  RecurrentSequence result;
+  result.output = lstm ? packed.narrow(0, 0, T * B * P).view({T, B, P}) : packed.view({T, B, P});
+  result.h_n = result.output.select(0, reverse ? 0 : T - 1);
+  if (lstm) result.c_n = packed.narrow(0, T * B * P, B * H).view({B, H});
+  return result;
+}
+
+namespace {
+
+std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad needs) {
+  const char* op = op_name(s.kind);
+  if (is_grad_enabled())
+    fail("{}: the fused recurrent op has a first-order backward only (backward with create_graph=true, or a "
+         "second derivative, is not supported)",
+         op);
+  const Tensor w = values_of(s.weight_hh.get()), h0 = values_of(s.h0.get());
+  const Tensor bias = s.bias_hh.get().defined() ? values_of(s.bias_hh.get()) : Tensor();
+  const Tensor w_r = s.weight_hr.get().defined() ? values_of(s.weight_hr.get()) : Tensor();
+  const Tensor g = grad.detach().contiguous();
+  const std::int64_t T = s.steps, B = s.batch, H = s.hidden, P = s.state, GH = recurrent_gate_count(s.kind) * H;
+  const DType dtype = g.dtype();
+  Tensor d_x = empty({T, B, GH}, dtype), d_w = needs[1] ? empty({GH, P}, dtype) : Tensor(),
+         d_b = needs[2] && bias.defined() ? empty({GH}, dtype) : Tensor(), d_h0 = empty({B, P}, dtype),
+         d_c0 = s.kind == RecurrentKind::LSTM ? empty({B, H}, dtype) : Tensor(),
+         d_w_r = needs[5] && w_r.defined() ? empty({P, H}, dtype) : Tensor();
+  detail::dispatch_floating(dtype, op, [&](auto zero) {
+    using S = decltype(zero);
+    const auto b = buffers_of<S>(s, w, bias, w_r, h0);
+    const S* g_c_n = s.kind == RecurrentKind::LSTM ? g.data<S>() + T * B * P : nullptr;
+    detail::recurrent_backward<S>(b, g.data<S>(), g_c_n,
+                                  {pointer<S>(d_x), pointer<S>(d_w), pointer<S>(d_b), pointer<S>(d_h0),
+                                   pointer<S>(d_c0), pointer<S>(d_w_r)});
+  });
+  return {needs[0] ? d_x : Tensor(), d_w, d_b, needs[3] ? d_h0 : Tensor(), needs[4] ? d_c0 : Tensor(), d_w_r};
+}
+
+}  // namespace
+
+}  // namespace tapegrad
