@@ -16,7 +16,7 @@ extents and values are Python reprs (round-trip exact doubles). Per case: `case/
 mask `case/mask` (additive values, or 0/1 for a keep-mask), `case/upstream` (the weights W of the scalar
 sum(out * W) that is differentiated), `case/out`, and `case/grad_q`, `case/grad_k`, `case/grad_v`,
 `case/grad_mask` (additive masks only).
-For the float32 large-logit cases `f32/*`: `x32` entries are the float32 inputs (exact as doubles),
+For the float32 large-score cases `f32/FORM/SCALE/*` (see float32_lines): `x32` entries are the float32 inputs (exact as doubles),
 `torch32_out` and `torch32_grad_*` PyTorch's float32 results, `exact_out` and `exact_grad_*` float64 results
 on the same float32-rounded inputs.
 """
@@ -87,12 +87,18 @@ def case_lines(name, q_shape, k_shape, v_shape, kind, mask_shape, generator):
     return lines
 
 
-def float32_lines(scale, generator):
-    """Scores of about +-scale: q and k of E = 4 with entries of about sqrt(scale)."""
-    name = f"f32/{scale}"
+def float32_lines(form, scale, generator):
+    """Scores of about +-scale (form "scaled": q and k of E = 4 with entries of about sqrt(scale)), or scale plus
+    O(1) differences (form "shifted": column 0 of q and k set to sqrt(2 scale), the other columns O(1))."""
+    name = f"f32/{form}/{scale}"
     base = [torch.randn(s, dtype=torch.float64, generator=generator) for s in [(2, 3, 4), (2, 5, 4), (2, 5, 3)]]
-    factor = math.sqrt(float(scale))
-    q32, k32, v32 = (base[0] * factor).float(), (base[1] * factor).float(), base[2].float()
+    if form == "scaled":
+        factor = math.sqrt(float(scale))
+        q32, k32, v32 = (base[0] * factor).float(), (base[1] * factor).float(), base[2].float()
+    else:
+        base[0][..., 0] = math.sqrt(2 * float(scale))
+        base[1][..., 0] = math.sqrt(2 * float(scale))
+        q32, k32, v32 = base[0].float(), base[1].float(), base[2].float()
     upstream = torch.randn((2, 3, 3), dtype=torch.float64, generator=generator)
     lines = [fmt_tensor(f"{name}/q", q32), fmt_tensor(f"{name}/k", k32), fmt_tensor(f"{name}/v", v32),
              fmt_tensor(f"{name}/upstream", upstream)]
@@ -110,8 +116,9 @@ def main():
     lines = ["# written by tests/reference/make_attention_reference.py with torch " + torch.__version__ + "\n"]
     for case in CASES:
         lines += case_lines(*case, generator)
-    for scale in ["1", "1e2", "1e4"]:
-        lines += float32_lines(scale, generator)
+    for form in ["scaled", "shifted"]:
+        for scale in ["1", "1e2", "1e4"]:
+            lines += float32_lines(form, scale, generator)
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "attention_reference.txt")
     with open(path, "w") as out:
         out.writelines(lines)

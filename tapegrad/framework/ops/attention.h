@@ -45,6 +45,11 @@ struct AttentionMask {
 /// by 1 / (1 - dropout_p), drawing from `generator` exactly as dropout() does on the [..., L, S] weights. As in
 /// PyTorch it applies whenever dropout_p > 0: pass `training ? p : 0.0`. float32 or float64; one tape record,
 /// differentiable in q, k, v and an additive mask, twice differentiable (create_graph).
+/// Note: the record keeps q, k, v and the mask (the inputs, not copies when contiguous), two [..., L] rows of
+/// softmax statistics and, with dropout, a copy of the generator (about 2.5 KB) to replay the mask; never the
+/// [..., L, S] weights. Forward and first-order backward work on one L x S block at a time (one buffer in the
+/// forward, two in the backward, plus L x S bytes of mask with dropout); backward under create_graph runs on
+/// whole [..., L, S] tensors of recorded ops.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionMask& attn_mask = AttentionMask(), double dropout_p = 0.0,
                                     bool is_causal = false, Generator& generator = default_generator());
