@@ -128,6 +128,11 @@ class Tensor {
   Tensor unsqueeze(std::int64_t dim) const;
   Tensor squeeze() const;
   Tensor squeeze(std::int64_t dim) const;
+  /// Pieces along `dim` that are views of this tensor (ops/split.h).
+  std::vector<Tensor> split(std::int64_t split_size, std::int64_t dim = 0) const;
+  std::vector<Tensor> split(const std::vector<std::int64_t>& split_sizes, std::int64_t dim = 0) const;
+  std::vector<Tensor> chunk(std::int64_t chunks, std::int64_t dim = 0) const;
+  std::vector<Tensor> unbind(std::int64_t dim = 0) const;
 
   // ---- indexing (ops/index.h; libtorch's spelling) ----
   /// `x.index({0, Slice(1, None, 2), None, Ellipsis})`: integers, Slices, None and Ellipsis give a view; int64

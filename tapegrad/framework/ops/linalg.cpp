@@ -1,4 +1,4 @@
-// matmul and linear. Both forward kernels are GEMMs (framework/kernels/gemm.h) over row-major storage (matmul
+// matmul, linear, bmm and baddbmm (the last two are checked matmuls). Both forward kernels are GEMMs (framework/kernels/gemm.h) over row-major storage (matmul
 // also reads transposed and sliced views in place); both backward rules have a raw-GEMM first-order path and a differentiable path for create_graph.
 #include <tapegrad/framework/ops/linalg.h>
 
@@ -10,6 +10,7 @@
 #include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/kernels/column_sums.h>
 #include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
 
@@ -221,6 +222,54 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
       return grads;
     };
   });
+}
+
+namespace {
+
+// torch.bmm's checks, naming `op`: both 3-D, equal batch sizes, inner extents agreeing, one floating dtype.
+void check_bmm(const Tensor& batch1, const Tensor& batch2, const char* op) {
+  batch1.check_defined(op);
+  batch2.check_defined(op);
+  if (batch1.dim() != 3) fail("{}: batch1 must be a 3D tensor, got shape {}", op, shape_string(batch1.shape()));
+  if (batch2.dim() != 3) fail("{}: batch2 must be a 3D tensor, got shape {}", op, shape_string(batch2.shape()));
+  const Shape expected{batch1.size(0), batch1.size(2)}, got{batch2.size(0), batch2.size(1)};
+  if (expected != got)
+    fail("{}: expected size for first two dimensions of batch2 tensor to be: {} but got: {} (batch1 {}, batch2 {})",
+         op, shape_string(expected), shape_string(got), shape_string(batch1.shape()), shape_string(batch2.shape()));
+  if (batch1.dtype() != batch2.dtype())
+    fail("{}: expected scalar type {} but found {} (batch1 {}, batch2 {})", op, dtype_name(batch1.dtype()),
+         dtype_name(batch2.dtype()), shape_string(batch1.shape()), shape_string(batch2.shape()));
+  if (batch1.dtype() == DType::Int64) fail("{}: expected float32 or float64 tensors, got int64", op);
+}
+
+}  // namespace
+
+Tensor bmm(const Tensor& batch1, const Tensor& batch2) {
+  check_bmm(batch1, batch2, "bmm");
+  return matmul(batch1, batch2);
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta, double alpha) {
+  check_bmm(batch1, batch2, "baddbmm");
+  input.check_defined("baddbmm");
+  const Shape out_shape{batch1.size(0), batch1.size(1), batch2.size(2)};
+  bool expands = input.dim() <= 3;
+  try {
+    expands = expands && broadcast_shapes(input.shape(), out_shape, "baddbmm") == out_shape;
+  } catch (const Error&) {
+    expands = false;
+  }
+  if (!expands)
+    fail("baddbmm: input of shape {} cannot be broadcast to the product's shape {}", shape_string(input.shape()),
+         shape_string(out_shape));
+  if (input.dtype() != batch1.dtype())
+    fail("baddbmm: expected scalar type {} but found {} for input {}", dtype_name(batch1.dtype()),
+         dtype_name(input.dtype()), shape_string(input.shape()));
+  Tensor out = matmul(batch1, batch2);
+  if (alpha != 1.0) out = out * alpha;
+  // Note: as in PyTorch, beta = 0 drops input altogether, so NaN or inf in it cannot leak through 0 * input.
+  if (beta == 0.0) return out;
+  return out + (beta == 1.0 ? input : input * beta);
 }
 
 }  // namespace tapegrad

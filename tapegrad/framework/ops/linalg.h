@@ -1,5 +1,5 @@
 #pragma once
-/// Linear algebra: matmul with PyTorch's rules, and the fused linear layer op y = x W^T + b.
+/// Linear algebra: matmul with PyTorch's rules, the fused linear layer op y = x W^T + b, bmm and baddbmm.
 #include <tapegrad/export.h>
 #include <tapegrad/framework/tensor.h>
 
@@ -13,6 +13,12 @@ namespace tapegrad {
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// y = x W^T + b in one fused op: x [..., in], weight [out, in], optional bias [out] -> [..., out].
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// Batched matrix product of two 3-D tensors, [B, N, K] x [B, K, M] -> [B, N, M], as torch.bmm: no
+/// broadcasting, the batch sizes must match. Floating dtypes only (torch also takes int64).
+Tensor bmm(const Tensor& batch1, const Tensor& batch2);
+/// beta * input + alpha * bmm(batch1, batch2), input broadcast to [B, N, M], as torch.baddbmm. With beta 0
+/// input is ignored (NaN and inf in it do not propagate) and receives no gradient.
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1.0, double alpha = 1.0);
 
 }  // namespace tapegrad
 

@@ -11,6 +11,7 @@
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/ops/shape_ops.h>
+#include <tapegrad/framework/ops/split.h>
 #include <tapegrad/framework/tensor.h>
 
 namespace tapegrad {
@@ -169,6 +170,14 @@ Tensor Tensor::expand(const Shape& sizes) const { return tapegrad::expand(*this,
 Tensor Tensor::unsqueeze(std::int64_t dim) const { return tapegrad::unsqueeze(*this, dim); }
 Tensor Tensor::squeeze() const { return tapegrad::squeeze(*this); }
 Tensor Tensor::squeeze(std::int64_t dim) const { return tapegrad::squeeze(*this, dim); }
+std::vector<Tensor> Tensor::split(std::int64_t split_size, std::int64_t dim) const {
+  return tapegrad::split(*this, split_size, dim);
+}
+std::vector<Tensor> Tensor::split(const std::vector<std::int64_t>& split_sizes, std::int64_t dim) const {
+  return tapegrad::split(*this, split_sizes, dim);
+}
+std::vector<Tensor> Tensor::chunk(std::int64_t chunks, std::int64_t dim) const { return tapegrad::chunk(*this, chunks, dim); }
+std::vector<Tensor> Tensor::unbind(std::int64_t dim) const { return tapegrad::unbind(*this, dim); }
 
 // ---- in-place ----
 namespace {
