@@ -331,15 +331,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor row_shift = empty(rows_shape, q.dtype()), row_log_total = empty(rows_shape, q.dtype());
   // Note: the generator's state before any draw, kept so that backward replays this call's dropout mask
   // (about 2.5 KB) instead of saving [..., L, S] mask values.
+  const Tensor differentiable_mask = p.has_mask && !p.keep_mask ? mask : Tensor();
   std::optional<Generator> replay;
-  if (p.dropout_p > 0) replay = generator;
+  if (p.dropout_p > 0 && should_record({q, k, v, differentiable_mask})) replay = generator;
   detail::dispatch_floating(q.dtype(), kOp, [&](auto tag) {
     using T = decltype(tag);
     forward_kernel(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), mc.defined() ? mc.data<T>() : nullptr,
                    p.dropout_p > 0 ? &generator : nullptr, out.data<T>(), row_shift.data<T>(),
                    row_log_total.data<T>());
   });
-  const Tensor differentiable_mask = p.has_mask && !p.keep_mask ? mask : Tensor();
   return record_if_needed(kOp, out, {q, k, v, differentiable_mask}, [&] {
     return [p, sq = SavedTensor(q, kOp), sk = SavedTensor(k, kOp), sv = SavedTensor(v, kOp),
             smask = mask.defined() ? SavedTensor(mask, kOp) : SavedTensor(), sshift = SavedTensor(row_shift, kOp),
