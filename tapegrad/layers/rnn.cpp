@@ -81,9 +81,9 @@ Tensor RecurrentBase::layer_parameter(const std::string& name, std::int64_t laye
   return parameter(name + "_l" + std::to_string(layer) + suffix(direction));
 }
 
-Tensor RecurrentBase::forward(const Tensor& input) { return run(input, Tensor(), Tensor()).output; }
+Tensor RecurrentBase::forward(const Tensor& input) { return run(input, Tensor(), Tensor(), false).output; }
 
-LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const Tensor& c0_given) {
+LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const Tensor& c0_given, bool states) {
   const char* name = type_name().c_str();
   const Spec& s = spec_;
   const bool lstm = s.kind == RecurrentKind::LSTM;
@@ -133,21 +133,21 @@ LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const
       const Tensor weight_hr = s.proj_size > 0 ? p("weight_hr") : Tensor();
       RecurrentSequence seq =
           recurrent_sequence(s.kind, projection.view({T, B, projection.size(1)}), p("weight_hh"), p("bias_hh"),
-                             h0.select(0, index), lstm ? c0.select(0, index) : Tensor(), weight_hr, d == 1);
+                             h0.select(0, index), lstm ? c0.select(0, index) : Tensor(), weight_hr, d == 1, states);
       outputs.push_back(seq.output);
-      h_n.push_back(seq.h_n);
-      if (lstm) c_n.push_back(seq.c_n);
+      if (states) h_n.push_back(seq.h_n);
+      if (states && lstm) c_n.push_back(seq.c_n);
     }
     layer_input = D == 2 ? cat(outputs, 2) : outputs[0];
     if (drop && layer + 1 < L) layer_input = dropout(layer_input, s.dropout, true, *dropout_generator);
   }
   if (drop) ++*num_masks_drawn.data<std::int64_t>();
 
-  LSTMResult result{layer_input, stack(h_n, 0), lstm ? stack(c_n, 0) : Tensor()};
+  LSTMResult result{layer_input, states ? stack(h_n, 0) : Tensor(), states && lstm ? stack(c_n, 0) : Tensor()};
   if (!batched) {
     result.output = result.output.squeeze(1);
-    result.h_n = result.h_n.squeeze(1);
-    if (lstm) result.c_n = result.c_n.squeeze(1);
+    if (states) result.h_n = result.h_n.squeeze(1);
+    if (states && lstm) result.c_n = result.c_n.squeeze(1);
   } else if (s.batch_first) {
     result.output = result.output.transpose(0, 1);
   }

@@ -126,8 +126,8 @@ class RecurrentBase : public Module {
 
  protected:
   RecurrentBase(const char* name, Spec spec);
-  /// The whole stack; c0 and c_n only for LSTM.
-  LSTMResult run(const Tensor& input, const Tensor& h0, const Tensor& c0);
+  /// The whole stack; c0 and c_n only for LSTM; h_n and c_n left undefined unless `states`.
+  LSTMResult run(const Tensor& input, const Tensor& h0, const Tensor& c0, bool states = true);
   const Spec& spec() const { return spec_; }
 
  private:

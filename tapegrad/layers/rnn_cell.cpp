@@ -31,7 +31,7 @@ void RecurrentCellBase::reset_parameters(Generator& generator) {
 
 Tensor RecurrentCellBase::forward(const Tensor& input) { return step(input, Tensor(), Tensor()).h; }
 
-LSTMCellState RecurrentCellBase::step(const Tensor& input, const Tensor& h, const Tensor& c) {
+LSTMCellState RecurrentCellBase::step(const Tensor& input, const Tensor& h, const Tensor& c, bool with_cell) {
   const char* name = type_name().c_str();
   const bool lstm = kind_ == RecurrentKind::LSTM;
   const DType dtype = weight_ih.dtype();  // after to(), not the options' dtype
@@ -58,12 +58,14 @@ LSTMCellState RecurrentCellBase::step(const Tensor& input, const Tensor& h, cons
   };
   const Tensor h0 = state_of(h, "hidden state"), c0 = lstm ? state_of(c, "cell state") : Tensor();
   const Tensor projection = linear(x, weight_ih, bias_ih);
-  RecurrentSequence seq =
-      recurrent_sequence(kind_, projection.view({1, B, projection.size(1)}), weight_hh, bias_hh, h0, c0);
-  LSTMCellState out{seq.h_n, seq.c_n};
+  // Note: the new c is taken only when asked for, so forward(input) records nothing its output does not use.
+  const bool want_c = lstm && with_cell;
+  RecurrentSequence seq = recurrent_sequence(kind_, projection.view({1, B, projection.size(1)}), weight_hh, bias_hh,
+                                             h0, c0, Tensor(), false, want_c);
+  LSTMCellState out{want_c ? seq.h_n : seq.output.view({B, H}), seq.c_n};
   if (!batched) {
     out.h = out.h.squeeze(0);
-    if (lstm) out.c = out.c.squeeze(0);
+    if (want_c) out.c = out.c.squeeze(0);
   }
   return out;
 }
@@ -100,7 +102,7 @@ std::shared_ptr<Module> RNNCell::clone() const {
 
 LSTMCell::LSTMCell(LSTMCellOptions options) : RecurrentCellBase("LSTMCell", RecurrentKind::LSTM, options) {}
 LSTMCellState LSTMCell::forward_with_state(const Tensor& input, const Tensor& h, const Tensor& c) {
-  return step(input, h, c);
+  return step(input, h, c, true);
 }
 std::shared_ptr<Module> LSTMCell::clone() const {
   Generator scratch;

@@ -59,8 +59,8 @@ class RecurrentCellBase : public Module {
 
  protected:
   RecurrentCellBase(const char* name, RecurrentKind kind, RNNCellOptions options);
-  /// One step; c only for LSTMCell. Undefined states are zeros.
-  LSTMCellState step(const Tensor& input, const Tensor& h, const Tensor& c);
+  /// One step; c only for LSTMCell and when `with_cell`. Undefined states are zeros.
+  LSTMCellState step(const Tensor& input, const Tensor& h, const Tensor& c, bool with_cell = false);
   RNNCellOptions options_;
 
  private:

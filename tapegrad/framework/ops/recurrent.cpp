@@ -173,7 +173,7 @@ std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad ne
 
 RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_projection, const Tensor& weight_hh,
                                      const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,
-                                     const Tensor& weight_hr, bool reverse) {
+                                     const Tensor& weight_hr, bool reverse, bool final_states) {
   const char* op = op_name(kind);
   input_projection.check_defined(op);
   const DType dtype = input_projection.dtype();
@@ -197,7 +197,8 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
 
   const bool lstm = kind == RecurrentKind::LSTM;
   Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-  Tensor packed = empty({T * B * P + (lstm ? B * H : 0)}, dtype);
+  // LSTM's c_n follows the outputs in one storage, the record's single output; the others' is the output itself.
+  Tensor packed = lstm ? empty({T * B * P + B * H}, dtype) : empty({T, B, P}, dtype);
   if (kind == RecurrentKind::LSTM || kind == RecurrentKind::GRU) saved.activations = empty({T, B, GH}, dtype);
   if (lstm) saved.cells = empty({T + 1, B, H}, dtype);
   if (kind == RecurrentKind::GRU) saved.hidden_n = empty({T, B, H}, dtype);
@@ -223,7 +224,8 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
     return [saved = std::move(saved)](const Tensor& grad, NeedsGrad needs) { return backward_of(saved, grad, needs); };
   });
   RecurrentSequence result;
-  result.output = lstm ? packed.narrow(0, 0, T * B * P).view({T, B, P}) : packed.view({T, B, P});
+  result.output = lstm ? packed.narrow(0, 0, T * B * P).view({T, B, P}) : packed;
+  if (!final_states) return result;
   result.h_n = result.output.select(0, reverse ? 0 : T - 1);
   if (lstm) result.c_n = packed.narrow(0, T * B * P, B * H).view({B, H});
   return result;

@@ -34,9 +34,12 @@ struct RecurrentSequence {
 /// autograd). It saves the gate activations [T, B, G*H], the cell states [T + 1, B, H] (LSTM), W_hn h + b_hn
 /// [T, B, H] (GRU) and the pre-projection states [T, B, H] (proj_size), besides the output itself. The backward
 /// is not itself differentiable: backward(create_graph=true) through it throws.
+/// With `final_states` false, h_n and c_n are left undefined (no view of them is taken, so a caller that only
+/// wants the output records nothing it does not use).
 RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_projection, const Tensor& weight_hh,
                                      const Tensor& bias_hh, const Tensor& h0, const Tensor& c0 = Tensor(),
-                                     const Tensor& weight_hr = Tensor(), bool reverse = false);
+                                     const Tensor& weight_hr = Tensor(), bool reverse = false,
+                                     bool final_states = true);
 
 /// The number of gates of `kind` (1, 4 or 3).
 std::int64_t recurrent_gate_count(RecurrentKind kind);
