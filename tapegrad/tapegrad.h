@@ -13,6 +13,7 @@
 #include <tapegrad/framework/init.h>
 #include <tapegrad/framework/module.h>
 #include <tapegrad/framework/ops/activation.h>
+#include <tapegrad/framework/ops/attention.h>
 #include <tapegrad/framework/ops/batch_norm.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/conv.h>
@@ -20,14 +21,18 @@
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/embedding.h>
+#include <tapegrad/framework/ops/flip_pad.h>
 #include <tapegrad/framework/ops/index.h>
 #include <tapegrad/framework/ops/layer_norm.h>
 #include <tapegrad/framework/ops/linalg.h>
 #include <tapegrad/framework/ops/loss.h>
 #include <tapegrad/framework/ops/pool.h>
+#include <tapegrad/framework/ops/recurrent.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
 #include <tapegrad/framework/ops/softmax.h>
+#include <tapegrad/framework/ops/split.h>
+#include <tapegrad/framework/ops/triangular.h>
 #include <tapegrad/framework/parallel.h>
 #include <tapegrad/framework/serialize/checkpoint.h>
 #include <tapegrad/framework/serialize/interop.h>
@@ -47,6 +52,8 @@
 #include <tapegrad/layers/linear.h>
 #include <tapegrad/layers/loss.h>
 #include <tapegrad/layers/pool.h>
+#include <tapegrad/layers/rnn.h>
+#include <tapegrad/layers/rnn_cell.h>
 #include <tapegrad/layers/sequential.h>
 #include <tapegrad/optim/adam.h>
 #include <tapegrad/optim/clip_grad.h>
