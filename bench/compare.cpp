@@ -15,6 +15,9 @@
 //                  2 basic blocks (conv3x3-BN-ReLU-conv3x3-BN + shortcut, ReLU) with 32, 64, 128, 256
 //                  channels, stride 2 and a 1x1 conv-BN shortcut entering stages 2-4; global average pool,
 //                  Linear(256,10); cross-entropy, SGD momentum 0.9, batch 64
+//   lstm           a 2-layer LSTM(28, 256) over a Fashion-MNIST-shaped sequence ([28 steps, batch, 28 features]),
+//                  Linear(256,10) on the last step's output, cross-entropy, Adam, batch 128
+//   lstm_infer_b1  the same model under NoGradGuard, one sequence (ms_per_step = latency)
 //   idle           nothing (its max_rss_mb is the process's baseline: the libraries loaded, no work)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
 //   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
@@ -150,6 +153,20 @@ std::shared_ptr<nn::Sequential> make_resnet() {
   return model;
 }
 
+// The lstm workloads' model: input [T, B, 28] (time-major, PyTorch's default) -> logits [B, 10] from the last step.
+class LSTMClassifier : public nn::Module {
+ public:
+  LSTMClassifier() : Module("LSTMClassifier") {
+    lstm_ = register_module("lstm", std::make_shared<nn::LSTM>(nn::LSTMOptions(28, 256).with_num_layers(2)));
+    head_ = register_module("head", std::make_shared<nn::Linear>(256, 10));
+  }
+  Tensor forward(const Tensor& x) override { return head_->forward(lstm_->forward(x).select(0, x.size(0) - 1)); }
+
+ private:
+  std::shared_ptr<nn::LSTM> lstm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
 // One training step per measured step: zero_grad, forward, cross-entropy, backward, optimizer step.
 void measure_training(const Settings& settings, const std::string& name, nn::Module& model, optim::Optimizer& optimizer,
                       const Tensor& input, const Tensor& labels) {
@@ -187,6 +204,30 @@ void run_cnn(const Settings& settings) {
   auto model = make_cnn();
   optim::Adam optimizer(model->parameters(), optim::AdamOptions{});
   measure_training(settings, "cnn", *model, optimizer, randn({batch, 1, 28, 28}), randint(0, 10, {batch}));
+}
+
+void run_lstm(const Settings& settings) {
+  const std::int64_t batch = 128, steps = 28;
+  auto model = std::make_shared<LSTMClassifier>();
+  optim::Adam optimizer(model->parameters(), optim::AdamOptions{});
+  const Tensor input = randn({steps, batch, 28}), labels = randint(0, 10, {batch});
+  // Note: tapegrad only (no libtorch counterpart): the tape records one training forward and its loss leave.
+  prune_tape();
+  const std::size_t records_before = tape_size();
+  Tensor loss = cross_entropy(model->forward(input), labels);
+  std::printf("tape_records_per_step=%zu\n", tape_size() - records_before);
+  loss = Tensor();
+  prune_tape();
+  measure_training(settings, "lstm", *model, optimizer, input, labels);
+}
+
+void run_lstm_infer_b1(const Settings& settings) {
+  auto model = std::make_shared<LSTMClassifier>();
+  model->eval();
+  const Tensor input = randn({28, 1, 28});
+  NoGradGuard no_grad;
+  Tensor output;
+  measure(settings, "lstm_infer_b1", 1, [&] { output = model->forward(input); });
 }
 
 void run_bn_fwd_bwd(const Settings& settings) {
@@ -250,6 +291,8 @@ int main(int argc, char** argv) {
       {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
       {"matmul", [&] { run_matmul(settings); }},
       {"resnet", [&] { run_resnet(settings); }},
+      {"lstm", [&] { run_lstm(settings); }},
+      {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
       {"idle", [] {}},  // nothing: the process's own resident memory, the baseline for max_rss_mb
   };
   bool ran = false;

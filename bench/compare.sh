@@ -14,7 +14,7 @@
 #   - bench/anchors prints the FMA peak per core, raw 1024^3 sgemm of oneDNN and OpenBLAS (and dgemm), and
 #     each GEMM- or conv-bound workload's GFLOP/s is shown as a fraction of the FMA peak;
 #   - peak resident memory, absolute and above each side's idle process.
-#   bash bench/compare.sh [--build-dir DIR] [--reps R] [--seconds S] [--threads "1 2"] [--workloads "mlp cnn"]
+#   bash bench/compare.sh [--build-dir DIR] [--reps R] [--seconds S] [--threads "1 2"] [--workloads "mlp cnn" or mlp,cnn]
 #                         [--allocators "system jemalloc"]
 # DIR defaults to build/release (the default, portable build); the programs are built there if missing.
 set -euo pipefail
@@ -24,7 +24,7 @@ build_dir=$root/build/release
 reps=3
 seconds=3
 thread_counts="1 2"
-workloads="mlp cnn resnet bn_fwd_bwd infer_mlp_b1 infer_mlp_b1024 matmul"
+workloads="mlp cnn resnet bn_fwd_bwd infer_mlp_b1 infer_mlp_b1024 matmul lstm lstm_infer_b1"
 allocators="system jemalloc"
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
@@ -35,7 +35,7 @@ while [[ $# -gt 0 ]]; do
     --reps) reps=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --threads) thread_counts=$2; shift 2 ;;
-    --workloads) workloads=$2; shift 2 ;;
+    --workloads) workloads=${2//,/ }; shift 2 ;;
     --allocators) allocators=$2; shift 2 ;;
     *) sed -n '2,17p' "$0" >&2; exit 2 ;;
   esac
@@ -144,6 +144,9 @@ awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" 
     # floating-point operations per sample (per step for matmul), from the layer shapes (bench/compare.cpp)
     flops["mlp"] = 3209216; flops["infer_mlp_b1"] = 1337344; flops["infer_mlp_b1024"] = 1337344
     flops["cnn"] = 24995328; flops["resnet"] = 834026496; flops["matmul"] = 2147483648
+    # lstm: per step and layer 2 * 4H * (I + H) forward (28 steps; H 256, I 28 then 256) plus the head;
+    # training = forward + weight gradient + input gradient without layer 0 input part (28 * 2 * 4H * 28)
+    flops["lstm"] = 135347200; flops["lstm_infer_b1"] = 45650944
     target["mlp"] = 1.05; target["cnn"] = 2.0; target["bn_fwd_bwd"] = 3.0; target["infer_mlp_b1"] = 1.1
     target["infer_mlp_b1024"] = 1.05
   }

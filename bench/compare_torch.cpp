@@ -131,6 +131,18 @@ torch::nn::Sequential make_resnet() {
   return model;
 }
 
+// The lstm workloads' model: input [T, B, 28] (time-major, PyTorch's default) -> logits [B, 10] from the last step.
+struct LSTMClassifierImpl : torch::nn::Module {
+  LSTMClassifierImpl() {
+    lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(28, 256).num_layers(2)));
+    head = register_module("head", torch::nn::Linear(256, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head->forward(std::get<0>(lstm->forward(x)).select(0, x.size(0) - 1)); }
+  torch::nn::LSTM lstm{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(LSTMClassifier);
+
 // One training step per measured step: grads set to none, forward, cross-entropy, backward, optimizer step.
 template <class Model>
 void measure_training(const Settings& settings, const std::string& name, Model& model, torch::optim::Optimizer& optimizer,
@@ -165,6 +177,23 @@ void run_cnn(const Settings& settings) {
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   measure_training(settings, "cnn", model, optimizer, torch::randn({batch, 1, 28, 28}),
                    torch::randint(0, 10, {batch}, torch::kLong));
+}
+
+void run_lstm(const Settings& settings) {
+  const std::int64_t batch = 128, steps = 28;
+  LSTMClassifier model;
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  const torch::Tensor input = torch::randn({steps, batch, 28}), labels = torch::randint(0, 10, {batch}, torch::kLong);
+  measure_training(settings, "lstm", model, optimizer, input, labels);
+}
+
+void run_lstm_infer_b1(const Settings& settings) {
+  LSTMClassifier model;
+  model->eval();
+  const torch::Tensor input = torch::randn({28, 1, 28});
+  c10::InferenceMode inference_mode;
+  torch::Tensor output;
+  measure(settings, "lstm_infer_b1", 1, [&] { output = model->forward(input); });
 }
 
 void run_bn_fwd_bwd(const Settings& settings) {
@@ -232,6 +261,8 @@ int main(int argc, char** argv) {
       {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
       {"matmul", [&] { run_matmul(settings); }},
       {"resnet", [&] { run_resnet(settings); }},
+      {"lstm", [&] { run_lstm(settings); }},
+      {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
       {"idle", [] {}},  // nothing: the process's own resident memory, the baseline for max_rss_mb
   };
   bool ran = false;
