@@ -334,12 +334,13 @@ TEST_CASE("split, split with sizes, chunk and unbind gradients and second deriva
     const std::int64_t size = x.size(dim);
     const auto split_size = *rc::gen::inRange<std::int64_t>(1, 6);
     const auto chunks = *rc::gen::inRange<std::int64_t>(1, 6);
-    std::vector<std::int64_t> sizes;  // a random composition of size, zero pieces allowed
-    for (std::int64_t left = size; left > 0;) {
-      const auto piece = *rc::gen::inRange<std::int64_t>(0, left + 1);
-      sizes.push_back(piece);
-      left -= piece;
-    }
+    // 1 to 4 pieces summing to size, empty pieces allowed: the gaps between sorted cut points.
+    auto cuts = *rc::gen::container<std::vector<std::int64_t>>(*rc::gen::inRange<std::size_t>(0, 4),
+                                                              rc::gen::inRange<std::int64_t>(0, size + 1));
+    std::sort(cuts.begin(), cuts.end());
+    cuts.push_back(size);
+    std::vector<std::int64_t> sizes;
+    for (std::size_t i = 0; i < cuts.size(); ++i) sizes.push_back(cuts[i] - (i == 0 ? 0 : cuts[i - 1]));
     const int which = *rc::gen::inRange(0, 4);
     RC_TAG(which);
     const auto f = squared([=](V v) {
