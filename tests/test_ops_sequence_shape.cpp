@@ -222,6 +222,10 @@ TEST_CASE("pad fills, crops, reflects and replicates like torch.nn.functional.pa
   CHECK(labels.dtype() == DType::Int64);
   CHECK(labels.to_vector() == values({9, 0, 1, 9, 2, 3}));
   CHECK(pad(x, {}).to_vector() == x.to_vector());
+  // A transposed (non-contiguous) input is read through its strides in every mode.
+  const Tensor t = transpose(iota({3, 2}), 0, 1);  // [[0 2 4] [1 3 5]]
+  CHECK(pad(t, {1, 0}).to_vector() == values({0, 0, 2, 4, 0, 1, 3, 5}));
+  CHECK(pad(t, {1, 0}, PadMode::Reflect).to_vector() == values({2, 0, 2, 4, 3, 1, 3, 5}));
 }
 
 TEST_CASE("the gradients of reflect and replicate padding sum the copies of each border element") {
