@@ -234,7 +234,9 @@ MultiheadAttentionResult MultiheadAttention::forward_with_weights(const Tensor& 
     result.attn_weights = batched ? weights : weights.squeeze(0);
   }
   if (!batched) result.attn_output = result.attn_output.squeeze(1);
-  else if (options_.batch_first) result.attn_output = result.attn_output.transpose(0, 1);
+  // Note: contiguous, as PyTorch's output: a transposed view fed to an elementwise op (the encoder's residual
+  // add) would make that op record a copy that nothing keeps alive.
+  else if (options_.batch_first) result.attn_output = result.attn_output.transpose(0, 1).contiguous();
   return result;
 }
 
