@@ -26,6 +26,37 @@ std::shared_ptr<nn::Sequential> make_mlp(std::int64_t hidden) {
       nn::Linear(hidden, 10)});
 }
 
+namespace {
+class RowLSTM : public nn::Module {
+ public:
+  explicit RowLSTM(std::int64_t hidden) : Module("RowLSTM") {
+    lstm_ = register_module("lstm", nn::LSTM(nn::LSTMOptions(28, hidden).with_num_layers(2).with_bidirectional(true)
+                                                 .with_batch_first(true)));
+    head_ = register_module("head", nn::Linear(2 * hidden, 10));
+  }
+  // [B, 1, 28, 28] -> [B, 28 rows, 28 features] -> h_n [2 layers * 2 directions, B, hidden] -> [B, 10].
+  Tensor forward(const Tensor& images) override {
+    const Tensor h_n = lstm_->forward_with_state(images.reshape({images.size(0), 28, 28})).h_n;
+    return head_->forward(cat({h_n.select(0, 2), h_n.select(0, 3)}, 1));
+  }
+
+ private:
+  std::shared_ptr<nn::LSTM> lstm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+}  // namespace
+
+std::shared_ptr<nn::Module> make_lstm(std::int64_t hidden) { return std::make_shared<RowLSTM>(hidden); }
+
+Training make_adam_one_cycle(nn::Module& model, double lr, std::int64_t total_steps) {
+  Training training;
+  auto optimizer = std::make_unique<optim::Adam>(model.parameters(), optim::AdamOptions{.lr = lr});
+  training.schedule =
+      std::make_unique<optim::OneCycleLR>(*optimizer, lr, optim::OneCycleOptions{.total_steps = total_steps});
+  training.optimizer = std::move(optimizer);
+  return training;
+}
+
 Training make_sgd_one_cycle(nn::Module& model, double lr, std::int64_t total_steps) {
   Training training;
   auto optimizer = std::make_unique<optim::SGD>(

@@ -14,6 +14,9 @@ namespace examples {
 std::shared_ptr<tapegrad::nn::Sequential> make_cnn();
 /// Flatten, then (Linear-BN1d-ReLU) x 2 with `hidden` units, then Linear(hidden,10).
 std::shared_ptr<tapegrad::nn::Sequential> make_mlp(std::int64_t hidden = 256);
+/// A bidirectional 2-layer LSTM over an image's 28 rows (28 features each, batch first), then Linear(2 * hidden, 10)
+/// on the last layer's final hidden states of both directions, concatenated.
+std::shared_ptr<tapegrad::nn::Module> make_lstm(std::int64_t hidden = 128);
 
 /// The optimizer and schedule an example trains with.
 struct Training {
@@ -25,6 +28,8 @@ struct Training {
 Training make_sgd_one_cycle(tapegrad::nn::Module& model, double lr, std::int64_t total_steps);
 /// The MLP's recipe: AdamW (weight decay 0.05 on weight matrices only), one-cycle schedule peaking at `lr`.
 Training make_adamw_one_cycle(tapegrad::nn::Module& model, double lr, std::int64_t total_steps);
+/// The LSTM's recipe: Adam, one-cycle schedule peaking at `lr`.
+Training make_adam_one_cycle(tapegrad::nn::Module& model, double lr, std::int64_t total_steps);
 
 /// Mean loss and accuracy over a pass.
 struct Score {
