@@ -1,11 +1,13 @@
 // nn::TransformerEncoderLayer and nn::TransformerEncoder against PyTorch 1.13's numbers in
 // tests/data/attention_layers_reference.txt (tests/reference/make_attention_layers_reference.py): outputs and
 // the gradients of the input and every parameter, loaded by PyTorch's state_dict names (strict), in float64
-// (1e-10) and float32; the testing kit's gradient and buffer checks; the causal mask; copies; errors.
+// (1e-10) and float32; the same for TransformerDecoderLayer, TransformerDecoder and Transformer; the testing
+// kit's gradient and buffer checks; the causal mask; copies; errors.
 #include <set>
 
 #include "support/properties.h"
 #include "support/reference_file.h"
+#include <tapegrad/layers/transformer_decoder.h>
 #include <tapegrad/layers/transformer_encoder.h>
 #include <tapegrad/tapegrad.h>
 
@@ -176,3 +178,104 @@ TEST_CASE("the encoder layers report bad options and shapes") {
   CHECK_THROWS_WITH(nn::TransformerEncoder(layer, 0), "TransformerEncoder: num_layers must be greater than zero, got 0");
 }
 
+
+namespace {
+
+std::set<std::string> decoder_cases() {
+  std::set<std::string> out;
+  for (const auto& [key, value] : reference())
+    if ((key.starts_with("dec_") || key.starts_with("transformer")) && key.ends_with("/d_model"))
+      out.insert(key.substr(0, key.size() - 8));
+  return out;
+}
+
+std::shared_ptr<nn::Module> make_decoder(const std::string& name) {
+  const auto options = layer_options(name);
+  const std::int64_t num_layers = integer(name + "/num_layers");
+  std::shared_ptr<nn::Module> m;
+  if (integer(name + "/transformer") != 0) {
+    m = std::make_shared<nn::Transformer>(nn::TransformerOptions{}
+                                              .with_d_model(options.d_model)
+                                              .with_nhead(options.nhead)
+                                              .with_num_encoder_layers(num_layers)
+                                              .with_num_decoder_layers(num_layers)
+                                              .with_dim_feedforward(options.dim_feedforward)
+                                              .with_dropout(0.0)
+                                              .with_activation(options.activation)
+                                              .with_layer_norm_eps(options.layer_norm_eps)
+                                              .with_batch_first(options.batch_first)
+                                              .with_norm_first(options.norm_first)
+                                              .with_dtype(DType::Float64));
+  } else if (num_layers == 0) {
+    m = std::make_shared<nn::TransformerDecoderLayer>(options);
+  } else {
+    auto norm = integer(name + "/final_norm") != 0
+                    ? std::make_shared<nn::LayerNorm>(
+                          nn::LayerNormOptions{{options.d_model}}.with_eps(options.layer_norm_eps).with_dtype(DType::Float64))
+                    : nullptr;
+    m = std::make_shared<nn::TransformerDecoder>(nn::TransformerDecoderLayer(options), num_layers, norm);
+  }
+  nn::NamedTensors state;
+  const std::string prefix = name + "/param/";
+  for (const auto& [key, value] : reference())
+    if (key.starts_with(prefix)) state.emplace_back(key.substr(prefix.size()), value);
+  m->load_state(state);  // strict
+  return m;
+}
+
+void check_decoder_case(const std::string& name, DType dtype, double rtol, double atol) {
+  INFO(name << " in " << dtype_name(dtype));
+  auto m = make_decoder(name);
+  m->to(dtype);
+  const Tensor tgt = at(name + "/tgt").to(dtype).clone().requires_grad_(true);
+  const Tensor memory = at(name + "/memory").to(dtype).clone().requires_grad_(true);
+  auto mask = [&](const std::string& field, bool attention) {
+    const std::int64_t kind = integer(name + "/" + field);
+    const bool is_bool = attention ? (kind == 1 || kind == 3) : kind == 1;
+    return mask_of(name + "/" + field + "_values", kind, is_bool, dtype);
+  };
+  const nn::TransformerDecoderMasks masks{mask("tgt_mask", true), mask("memory_mask", true),
+                                          mask("tgt_key_padding_mask", false), mask("memory_key_padding_mask", false)};
+  Tensor out;
+  if (auto* transformer = dynamic_cast<nn::Transformer*>(m.get())) out = transformer->forward(memory, tgt, {}, masks);
+  else if (auto* stack = dynamic_cast<nn::TransformerDecoder*>(m.get())) out = stack->forward(tgt, memory, masks);
+  else out = dynamic_cast<nn::TransformerDecoderLayer&>(*m).forward(tgt, memory, masks);
+  CHECK(allclose(out.to(DType::Float64), at(name + "/output"), rtol, atol));
+  sum(mul(out, at(name + "/w_output").to(dtype))).backward();
+  CHECK(allclose(tgt.grad().to(DType::Float64), at(name + "/grad_tgt"), rtol, atol));
+  CHECK(allclose(memory.grad().to(DType::Float64), at(name + "/grad_memory"), rtol, atol));
+  for (const auto& [pname, p] : m->named_parameters()) {
+    INFO(pname);
+    REQUIRE(p.grad().defined());
+    CHECK(allclose(p.grad().to(DType::Float64), at(name + "/grad/" + pname), rtol, atol));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("TransformerDecoderLayer, TransformerDecoder and Transformer match PyTorch in float64 and float32") {
+  const std::set<std::string> names = decoder_cases();
+  REQUIRE(names.size() == 6);
+  for (const std::string& name : names) check_decoder_case(name, DType::Float64, 1e-10, 1e-12);
+  for (const std::string& name : names) check_decoder_case(name, DType::Float32, 1.3e-6, 1e-5);
+}
+
+TEST_CASE("Transformer's state_dict names are PyTorch's and its matrices are xavier-initialised") {
+  nn::Transformer transformer(nn::TransformerOptions{}.with_d_model(4).with_nhead(2).with_num_encoder_layers(1)
+                                  .with_num_decoder_layers(1).with_dim_feedforward(8));
+  const nn::NamedTensors state = transformer.state();
+  CHECK(state.size() == 12 + 2 + 18 + 2);
+  CHECK(state.front().first == "encoder.layers.0.self_attn.in_proj_weight");
+  auto parameter = [&](const std::string& name) {
+    for (const auto& [n, p] : transformer.named_parameters())
+      if (n == name) return p;
+    FAIL("no parameter " << name);
+    return Tensor();
+  };
+  CHECK(parameter("decoder.layers.0.multihead_attn.out_proj.weight").shape() == Shape{4, 4});
+  CHECK(max(abs(parameter("decoder.layers.0.linear1.weight"))).item() <= std::sqrt(6.0 / 12.0));
+  CHECK_THROWS_WITH(transformer.forward(randn({3, 2, 4}), randn({3, 1, 4})),
+                    "Transformer: the batch number of src and tgt must be equal, got src [3, 2, 4] and tgt [3, 1, 4]");
+  CHECK_THROWS_WITH(nn::TransformerDecoderLayer(6, 4),
+                    "TransformerDecoderLayer: d_model must be divisible by nhead, got d_model 6 and nhead 4");
+}

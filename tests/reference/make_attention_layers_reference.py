@@ -221,6 +221,80 @@ def encoder_cases():
         yield name, o
 
 
+def write_decoder_case(lines, name, seed, o):
+    """Decoder layer (num_layers 0), decoder stack, or a whole nn.Transformer (transformer 1)."""
+    torch.manual_seed(seed)
+    d, H = o["d_model"], o["nhead"]
+    kw = dict(dim_feedforward=o["dim_feedforward"], dropout=0.0, activation=o["activation"], layer_norm_eps=o["eps"],
+              batch_first=o["batch_first"], norm_first=o["norm_first"])
+    if o["transformer"]:
+        m = torch.nn.Transformer(d, H, num_encoder_layers=o["num_layers"], num_decoder_layers=o["num_layers"],
+                                 **kw).double()
+    else:
+        layer = torch.nn.TransformerDecoderLayer(d, H, **kw).double()
+        if o["num_layers"] > 0:
+            norm = torch.nn.LayerNorm(d, eps=o["eps"]).double() if o["final_norm"] else None
+            m = torch.nn.TransformerDecoder(layer, o["num_layers"], norm=norm).double()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.add_(0.1 * torch.randn(p.shape, dtype=torch.float64))
+        else:
+            m = layer
+    for key in ["d_model", "nhead", "dim_feedforward", "norm_first", "batch_first", "num_layers", "final_norm",
+                "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask", "eps", "transformer"]:
+        lines.append(fmt_tensor(f"{name}/{key}", scalar(o[key])))
+    lines.append(fmt_tensor(f"{name}/gelu", scalar(o["activation"] == "gelu")))
+    for pname, p in m.state_dict().items():
+        lines.append(fmt_tensor(f"{name}/param/{pname}", p))
+    T, S, B = o["T"], o["S"], o["B"]
+    shape = (lambda n: (B, n, d)) if o["batch_first"] else (lambda n: (n, B, d))
+    tgt = torch.randn(shape(T), dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(shape(S), dtype=torch.float64, requires_grad=True)
+    masks = dict(tgt_mask=make_attn_mask(o["tgt_mask"], T, T, B * H),
+                 memory_mask=make_attn_mask(o["memory_mask"], T, S, B * H),
+                 tgt_key_padding_mask=make_padding_mask(o["tgt_key_padding_mask"], B, T, False),
+                 memory_key_padding_mask=make_padding_mask(o["memory_key_padding_mask"], B, S, False))
+    lines.append(fmt_tensor(f"{name}/tgt", tgt))
+    lines.append(fmt_tensor(f"{name}/memory", memory))
+    for key, t in masks.items():
+        if t is not None:
+            lines.append(fmt_tensor(f"{name}/{key}_values", t))
+    if o["transformer"]:
+        # memory is the source sequence here; src_mask is left out (the encoder's masks are tested above).
+        out = m(memory, tgt, **masks)
+    else:
+        out = m(tgt, memory, **masks)
+    w_out = torch.randn(out.shape, dtype=torch.float64)
+    lines.append(fmt_tensor(f"{name}/output", out))
+    lines.append(fmt_tensor(f"{name}/w_output", w_out))
+    names = [n for n, _ in m.named_parameters()]
+    grads = torch.autograd.grad((out * w_out).sum(), [tgt, memory] + list(m.parameters()))
+    lines.append(fmt_tensor(f"{name}/grad_tgt", grads[0]))
+    lines.append(fmt_tensor(f"{name}/grad_memory", grads[1]))
+    for pname, g in zip(names, grads[2:]):
+        lines.append(fmt_tensor(f"{name}/grad/{pname}", g))
+
+
+def decoder_cases():
+    base = dict(d_model=8, nhead=2, dim_feedforward=16, activation="relu", eps=1e-5, batch_first=False,
+                norm_first=False, num_layers=0, final_norm=False, tgt_mask=0, memory_mask=0, tgt_key_padding_mask=0,
+                memory_key_padding_mask=0, transformer=False, T=4, S=5, B=3)
+    cases = [
+        ("dec_layer", {}),
+        ("dec_layer_gelu_norm_first_masks", dict(activation="gelu", norm_first=True, tgt_mask=5, memory_mask=1,
+                                                 memory_key_padding_mask=1)),
+        ("dec_layer_bf_float_masks", dict(batch_first=True, tgt_mask=4, memory_mask=2, tgt_key_padding_mask=1)),
+        ("dec_stack_norm", dict(num_layers=2, final_norm=True, tgt_mask=5, memory_key_padding_mask=2)),
+        ("transformer", dict(transformer=True, num_layers=2, tgt_mask=5, memory_key_padding_mask=1)),
+        ("transformer_bf_norm_first", dict(transformer=True, num_layers=1, batch_first=True, norm_first=True,
+                                           activation="gelu", tgt_mask=5)),
+    ]
+    for name, extra in cases:
+        o = dict(base)
+        o.update(extra)
+        yield name, o
+
+
 def main():
     torch.set_default_dtype(torch.float64)
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
@@ -230,6 +304,8 @@ def main():
         write_mha_case(lines, name, 3800 + index, o)
     for index, (name, o) in enumerate(encoder_cases()):
         write_encoder_case(lines, name, 3900 + index, o)
+    for index, (name, o) in enumerate(decoder_cases()):
+        write_decoder_case(lines, name, 4000 + index, o)
     lines.append(fmt_tensor("square_subsequent_mask_4", torch.nn.Transformer.generate_square_subsequent_mask(4)))
     with open(os.path.join(data, "attention_layers_reference.txt"), "w") as f:
         f.writelines(lines)
