@@ -51,10 +51,13 @@
 #include <tapegrad/layers/layer_norm.h>
 #include <tapegrad/layers/linear.h>
 #include <tapegrad/layers/loss.h>
+#include <tapegrad/layers/multihead_attention.h>
 #include <tapegrad/layers/pool.h>
 #include <tapegrad/layers/rnn.h>
 #include <tapegrad/layers/rnn_cell.h>
 #include <tapegrad/layers/sequential.h>
+#include <tapegrad/layers/transformer_decoder.h>
+#include <tapegrad/layers/transformer_encoder.h>
 #include <tapegrad/optim/adam.h>
 #include <tapegrad/optim/clip_grad.h>
 #include <tapegrad/optim/lr_scheduler.h>
