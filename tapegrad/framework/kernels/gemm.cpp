@@ -3,6 +3,7 @@
 #include <tapegrad/framework/kernels/gemm.h>
 
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <string>
@@ -45,6 +46,33 @@ GemmPath resolve(GemmPath path, bool transpose_a, bool transpose_b, std::int64_t
   return !transpose_a && transpose_b && m >= 16 ? GemmPath::matmul_primitive : GemmPath::sgemm;
 }
 
+// Note: a float32 product of fewer multiply-adds than this is over in about 10 microseconds, less than a second
+// thread takes to join it, and on a busy machine a parallel region can wait a whole time slice for a
+// descheduled thread: a 2-layer LSTM of hidden size 16 (one GEMM per step) trained 40x slower at 2 threads than
+// at 1 while other processes shared the cores. Such products run on the calling thread alone. oneDNN reads the
+// thread count from OpenMP at each call (and matmul_onednn.cpp keys its primitives by it), so the calling
+// thread's count is set to 1 for the call. The float64 kernel has its own threshold (gemm_f64.cpp).
+constexpr std::int64_t kMinThreadedMacs = std::int64_t{1} << 18;
+
+class OneThreadFor {
+ public:
+  explicit OneThreadFor(bool active) : saved_(active ? omp_get_max_threads() : 0) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~OneThreadFor() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  OneThreadFor(const OneThreadFor&) = delete;
+  OneThreadFor& operator=(const OneThreadFor&) = delete;
+
+ private:
+  int saved_;
+};
+
+bool small_product(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return m * n < kMinThreadedMacs && m * n * k < kMinThreadedMacs;  // the first test keeps m * n * k from overflowing
+}
+
 template <class T>
 void linear_by_gemm(std::int64_t rows, std::int64_t out, std::int64_t in, const T* x, const T* w, const T* bias,
                     T* y) {
@@ -60,6 +88,7 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, st
           GemmPath path) {
   if (m == 0 || n == 0) return;
   if (k == 0) return scale_only(m, n, beta, c, ldc);
+  const OneThreadFor serial(small_product(m, n, k));
   if (alpha == 1.0f && beta == 0.0f && resolve(path, transpose_a, transpose_b, m) == GemmPath::matmul_primitive &&
       onednn::matmul(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, nullptr, c, ldc))
     return;
@@ -83,6 +112,7 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, st
 void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const float* x, const float* w, const float* bias,
             float* y, GemmPath path) {
   if (rows == 0 || out == 0) return;
+  const OneThreadFor serial(small_product(rows, out, in));
   if (in > 0 && resolve(path, false, true, rows) == GemmPath::matmul_primitive &&
       onednn::matmul(false, true, rows, out, in, x, in, w, in, bias, y, out))
     return;
