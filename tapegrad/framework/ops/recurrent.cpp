@@ -27,6 +27,7 @@ S sigmoid(S x) {
 template <class S>
 void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const S* c0) {
   const std::int64_t B = b.batch, H = b.hidden, P = b.state, GH = b.gates;
+  const bool threaded = use_threads(B * H, kGateParallel);
   std::vector<S> hidden_products(static_cast<std::size_t>(B * GH));
   S* gh = hidden_products.data();
   if (b.kind == RecurrentKind::LSTM)
@@ -41,12 +42,13 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
       case RecurrentKind::RNNTanh:
       case RecurrentKind::RNNReLU: {
         const bool relu = b.kind == RecurrentKind::RNNReLU;
-        for (std::int64_t n = 0; n < B; ++n)
+        parallel_for(B, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j;
             const S pre = x[k] + gh[k] + (b.bias_hh ? b.bias_hh[j] : S(0));
             out[n * P + j] = relu ? (pre > S(0) ? pre : S(0)) : std::tanh(pre);
           }
+        });
         break;
       }
       case RecurrentKind::LSTM: {
@@ -54,7 +56,7 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
         const S* c_prev = b.cells + s * B * H;
         S* c = b.cells + (s + 1) * B * H;
         S* u = b.unprojected ? b.unprojected + t * B * H : out;
-        for (std::int64_t n = 0; n < B; ++n)
+        parallel_for(B, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             S gate[4];
             for (int q = 0; q < 4; ++q) {
@@ -68,13 +70,14 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
             c[n * H + j] = cell;
             u[n * (b.unprojected ? H : P) + j] = o * std::tanh(cell);
           }
+        });
         if (b.unprojected) kernels::gemm(false, true, B, P, H, S(1), u, H, b.weight_hr, H, S(0), out, P);
         break;
       }
       case RecurrentKind::GRU: {
         S* act = b.activations + t * B * GH;
         S* hn = b.hidden_n + t * B * H;
-        for (std::int64_t n = 0; n < B; ++n)
+        parallel_for(B, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j;
             const S* bias = b.bias_hh;
@@ -86,6 +89,7 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
             hn[n * H + j] = hidden;
             out[n * P + j] = (S(1) - z) * cand + z * h_prev[n * P + j];
           }
+        });
         break;
       }
     }

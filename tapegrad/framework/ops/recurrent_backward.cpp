@@ -16,6 +16,7 @@ void recurrent_backward(const RecurrentBuffers<S>& b, const S* grad_output, cons
                         const RecurrentGradients<S>& grads) {
   const std::int64_t T = b.steps, B = b.batch, H = b.hidden, P = b.state, GH = b.gates;
   const bool gru = b.kind == RecurrentKind::GRU, lstm = b.kind == RecurrentKind::LSTM;
+  const bool threaded = use_threads(B * H, kGateParallel);
   // Gradients of the gates' pre-activations: from the input side (d_x, the op's input_projection gradient) and
   // from the hidden side (d_hidden, of h W_hh^T + b_hh). They differ only in GRU's n gate, where the hidden part
   // is multiplied by r.
@@ -54,7 +55,7 @@ void recurrent_backward(const RecurrentBuffers<S>& b, const S* grad_output, cons
         const S* act = b.activations + t * B * GH;
         const S* c_prev = b.cells + s * B * H;
         const S* c = b.cells + (s + 1) * B * H;
-        for (std::int64_t n = 0; n < B; ++n)
+        parallel_for(B, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j, m = n * H + j;
             const S i = act[k], f = act[k + H], g = act[k + 2 * H], o = act[k + 3 * H];
@@ -66,12 +67,13 @@ void recurrent_backward(const RecurrentBuffers<S>& b, const S* grad_output, cons
             dx[k + 3 * H] = du[m] * tc * o * (S(1) - o);
             d_cell[m] = dc * f;
           }
+        });
         break;
       }
       case RecurrentKind::GRU: {
         const S* act = b.activations + t * B * GH;
         const S* hidden_n = b.hidden_n + t * B * H;
-        for (std::int64_t n = 0; n < B; ++n)
+        parallel_for(B, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j, m = n * H + j;
             const S r = act[k], z = act[k + H], cand = act[k + 2 * H];
@@ -83,6 +85,7 @@ void recurrent_backward(const RecurrentBuffers<S>& b, const S* grad_output, cons
             dh_side[k] = d_r, dh_side[k + H] = d_z, dh_side[k + 2 * H] = d_cand * r;
             d_state[m] = dh * z;  // the direct path h' = ... + z * h; the GEMM below adds onto it
           }
+        });
         break;
       }
     }

@@ -4,9 +4,15 @@
 // starts at t * B * X.
 #include <cstdint>
 
+#include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/ops/recurrent.h>
 
 namespace tapegrad::detail {
+
+/// A gate pass splits its batch rows across the OpenMP threads from this many elements (B * H) on. Note: each
+/// element costs a few transcendental functions (tens of nanoseconds), so splitting pays far below the plain
+/// elementwise threshold; a 2-layer LSTM(28, 256) at batch 128 spent about 40 % of a training step in them.
+inline constexpr std::int64_t kGateParallel = std::int64_t{1} << 12;
 
 /// Extents and raw pointers of one layer-direction. Null where the kind or options have no such tensor.
 template <class S>
