@@ -1,3 +1,4 @@
+#include <tapegrad/framework/detail/seed_mix.h>
 #include <tapegrad/layers/dropout.h>
 
 #include <algorithm>
@@ -8,16 +9,6 @@
 #include <tapegrad/framework/ops/dropout.h>
 
 namespace tapegrad::nn {
-
-namespace {
-// SplitMix64's finaliser: a bijection on 64-bit words that spreads nearby inputs far apart.
-std::uint64_t mix(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15u;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 Dropout::Dropout(DropoutOptions options) : Dropout(options, "Dropout") {}
 
@@ -39,7 +30,7 @@ Tensor Dropout::with_next_generator(const std::function<Tensor(Generator&)>& op)
   // Note: the count may come from a file; the largest one cannot be incremented.
   if (calls < 0 || calls == std::numeric_limits<std::int64_t>::max())
     fail("{}: num_masks_drawn is {} (a damaged or foreign state?): it must be in [0, 2^63 - 1)", type_name(), calls);
-  Generator generator(mix(seed() ^ mix(static_cast<std::uint64_t>(calls))));
+  Generator generator(tapegrad::detail::splitmix64(seed() ^ tapegrad::detail::splitmix64(static_cast<std::uint64_t>(calls))));
   Tensor output = op(generator);
   ++calls;  // only after the op, so a rejected input does not move the stream
   return output;

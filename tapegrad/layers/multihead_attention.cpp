@@ -1,3 +1,4 @@
+#include <tapegrad/framework/detail/seed_mix.h>
 #include <tapegrad/layers/multihead_attention.h>
 
 #include <bit>
@@ -19,13 +20,6 @@ namespace tapegrad::nn {
 namespace {
 
 constexpr const char* kName = "MultiheadAttention";
-
-// SplitMix64's finaliser (as nn::Dropout's stream): a bijection, so each count k gets its own generator seed.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // The mask as an additive float tensor of `dtype`: keep-masks become 0 where kept and -inf where excluded.
 Tensor additive_mask(const AttentionMask& mask, DType dtype, const char* what) {
@@ -210,7 +204,7 @@ MultiheadAttentionResult MultiheadAttention::forward_with_weights(const Tensor& 
     const std::int64_t calls = *num_masks_drawn.data<std::int64_t>();
     if (calls < 0) fail("{}: num_masks_drawn is {}: it must be non-negative", kName, calls);
     const auto seed = std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>());
-    generator.emplace(mix(seed ^ mix(static_cast<std::uint64_t>(calls))));
+    generator.emplace(tapegrad::detail::splitmix64_finalizer(seed ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(calls))));
   }
   const double p = drop ? options_.dropout : 0.0;
   Tensor attended, weights;

@@ -1,3 +1,4 @@
+#include <tapegrad/framework/detail/seed_mix.h>
 #include <tapegrad/layers/rnn.h>
 
 #include <bit>
@@ -11,13 +12,6 @@
 namespace tapegrad::nn {
 
 namespace {
-
-// SplitMix64's finaliser (as nn::Dropout's stream): a bijection, so each count k gets its own generator seed.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 std::string suffix(std::int64_t direction) { return direction == 1 ? "_reverse" : ""; }
 
@@ -119,7 +113,7 @@ LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const
     const std::int64_t calls = *num_masks_drawn.data<std::int64_t>();
     if (calls < 0) fail("{}: num_masks_drawn is {}: it must be non-negative", name, calls);
     const auto seed = std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>());
-    dropout_generator.emplace(mix(seed ^ mix(static_cast<std::uint64_t>(calls))));
+    dropout_generator.emplace(tapegrad::detail::splitmix64_finalizer(seed ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(calls))));
   }
   std::vector<Tensor> h_n, c_n;
   Tensor layer_input = x;

@@ -1,3 +1,4 @@
+#include <tapegrad/framework/detail/seed_mix.h>
 #include <tapegrad/layers/transformer_decoder.h>
 
 #include <bit>
@@ -10,13 +11,6 @@ namespace tapegrad::nn {
 
 namespace {
 
-// SplitMix64's finaliser (as nn::Dropout's stream): a bijection, so each count k gets its own generator seed.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // Copy i of a layer for a stack: the same values, the dropout seeds mixed with i (as TransformerEncoder).
 std::shared_ptr<Module> stack_copy(const Module& layer, std::int64_t i) {
   std::shared_ptr<Module> copy = layer.clone();
@@ -24,7 +18,7 @@ std::shared_ptr<Module> stack_copy(const Module& layer, std::int64_t i) {
     for (auto& [name, buffer] : copy->named_buffers())
       if (name.ends_with("mask_seed")) {
         const auto seed = std::bit_cast<std::uint64_t>(*buffer.data<std::int64_t>());
-        *buffer.data<std::int64_t>() = std::bit_cast<std::int64_t>(mix(seed ^ mix(static_cast<std::uint64_t>(i))));
+        *buffer.data<std::int64_t>() = std::bit_cast<std::int64_t>(tapegrad::detail::splitmix64_finalizer(seed ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(i))));
       }
   return copy;
 }
@@ -48,7 +42,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(TransformerDecoderLayerOptions 
   // Note: with a dropout_seed each stream gets its own seed mixed from it; otherwise each draws one, in order.
   auto seed = [&](std::uint64_t k) -> std::optional<std::uint64_t> {
     if (!options.dropout_seed) return std::nullopt;
-    return mix(*options.dropout_seed ^ mix(k));
+    return tapegrad::detail::splitmix64_finalizer(*options.dropout_seed ^ tapegrad::detail::splitmix64_finalizer(k));
   };
   auto attention = [&](std::uint64_t k) {
     auto o = MultiheadAttentionOptions(d, options.nhead)
@@ -170,7 +164,7 @@ Transformer::Transformer(TransformerOptions options) : Module("Transformer"), op
                                                                             options.num_encoder_layers,
                                                                             std::make_shared<LayerNorm>(norm)));
   // Note: the decoder's streams are seeded apart from the encoder's.
-  if (options.dropout_seed) layer_options.with_dropout_seed(mix(*options.dropout_seed ^ 0xdec0de));
+  if (options.dropout_seed) layer_options.with_dropout_seed(tapegrad::detail::splitmix64_finalizer(*options.dropout_seed ^ 0xdec0de));
   decoder = register_module("decoder", std::make_shared<TransformerDecoder>(TransformerDecoderLayer(layer_options),
                                                                             options.num_decoder_layers,
                                                                             std::make_shared<LayerNorm>(norm)));

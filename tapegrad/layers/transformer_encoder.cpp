@@ -1,3 +1,4 @@
+#include <tapegrad/framework/detail/seed_mix.h>
 #include <tapegrad/layers/transformer_encoder.h>
 
 #include <bit>
@@ -11,13 +12,6 @@
 namespace tapegrad::nn {
 
 namespace {
-
-// SplitMix64's finaliser (as nn::Dropout's stream): a bijection, so each count k gets its own generator seed.
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 std::uint64_t seed_of(const Tensor& mask_seed) { return std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>()); }
 
@@ -39,7 +33,7 @@ Tensor TransformerDropout::forward(const Tensor& input) {
   if (!is_training() || p_ == 0.0) return input;
   const std::int64_t calls = *num_masks_drawn.data<std::int64_t>();
   if (calls < 0) fail("Dropout: num_masks_drawn is {}: it must be non-negative", calls);
-  Generator generator(mix(seed_of(mask_seed) ^ mix(static_cast<std::uint64_t>(calls))));
+  Generator generator(tapegrad::detail::splitmix64_finalizer(seed_of(mask_seed) ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(calls))));
   Tensor out = dropout(input, p_, true, generator);
   ++*num_masks_drawn.data<std::int64_t>();
   return out;
@@ -68,7 +62,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerOptions 
   // Note: with a dropout_seed each stream gets its own seed mixed from it; otherwise each draws one, in order.
   auto seed = [&](std::uint64_t k) -> std::optional<std::uint64_t> {
     if (!options.dropout_seed) return std::nullopt;
-    return mix(*options.dropout_seed ^ mix(k));
+    return tapegrad::detail::splitmix64_finalizer(*options.dropout_seed ^ tapegrad::detail::splitmix64_finalizer(k));
   };
   auto attention = MultiheadAttentionOptions(d, options.nhead)
                        .with_dropout(options.dropout)
@@ -145,7 +139,7 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_la
       for (auto& [name, buffer] : copy->named_buffers())
         if (name.ends_with("mask_seed"))
           *buffer.data<std::int64_t>() =
-              std::bit_cast<std::int64_t>(mix(seed_of(buffer) ^ mix(static_cast<std::uint64_t>(i))));
+              std::bit_cast<std::int64_t>(tapegrad::detail::splitmix64_finalizer(seed_of(buffer) ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(i))));
     layers->push_back(copy);
   }
   if (final_norm) norm = register_module("norm", std::move(final_norm));

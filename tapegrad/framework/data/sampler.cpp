@@ -1,3 +1,4 @@
+#include <tapegrad/framework/detail/seed_mix.h>
 #include <tapegrad/framework/data/sampler.h>
 
 #include <numeric>
@@ -25,17 +26,9 @@ std::vector<std::int64_t> RandomSampler::indices(std::uint64_t epoch) const {
   return random_permutation(size_, generator);
 }
 
-namespace {
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 std::uint64_t epoch_seed(std::uint64_t seed, std::uint64_t epoch, std::uint64_t stream) {
-  return splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ stream);
+  return tapegrad::detail::splitmix64(tapegrad::detail::splitmix64(tapegrad::detail::splitmix64(seed) ^ epoch) ^ stream);
 }
 
 std::int64_t random_below(Generator& generator, std::int64_t bound) {
