@@ -54,7 +54,7 @@ if(TAPEGRAD_SHARED)
   set(TAPEGRAD_PC_LIBS_PRIVATE "")
 else()
   # Note: a static libtapegrad brings its private dependencies to the final link.
-  set(TAPEGRAD_PC_LIBS_PRIVATE "Libs.private: -ldnnl -lboost_serialization -lzip -lz -fopenmp")
+  set(TAPEGRAD_PC_LIBS_PRIVATE "Libs.private: -ldnnl -lboost_serialization -lzip -lpng16 -ljpeg -lz -fopenmp")
 endif()
 configure_file(cmake/tapegrad.pc.in ${PROJECT_BINARY_DIR}/tapegrad.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/tapegrad.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT development)

@@ -24,11 +24,11 @@ endif()
 set(TAPEGRAD_GENERATED_INCLUDE_DIR ${PROJECT_BINARY_DIR}/include)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/version.h.in ${TAPEGRAD_GENERATED_INCLUDE_DIR}/tapegrad/version.h @ONLY)
 
-# Eigen, OpenMP, oneDNN, Boost, zlib, libzip and nlohmann_json are implementation details: no public header
-# includes them, so they are PRIVATE and nothing of them (include paths, -fopenmp) reaches a consumer. fmt is
-# PUBLIC: error.h's formatting helpers and fmt::formatter<Tensor> are part of the API.
+# Eigen, OpenMP, oneDNN, Boost, zlib, libzip, nlohmann_json, libpng and libjpeg are implementation details: no
+# public header includes them, so they are PRIVATE and nothing of them (include paths, -fopenmp) reaches a
+# consumer. fmt is PUBLIC: error.h's formatting helpers and fmt::formatter<Tensor> are part of the API.
 set(TAPEGRAD_PRIVATE_DEPENDENCIES Eigen3::Eigen OpenMP::OpenMP_CXX ${TAPEGRAD_DNNL_LIBRARY} Boost::serialization
-    ZLIB::ZLIB libzip::zip nlohmann_json::nlohmann_json)
+    ZLIB::ZLIB libzip::zip nlohmann_json::nlohmann_json PNG::PNG JPEG::JPEG)
 
 add_library(tapegrad_objects OBJECT ${TAPEGRAD_SOURCES})
 target_include_directories(tapegrad_objects PUBLIC ${PROJECT_SOURCE_DIR} ${TAPEGRAD_GENERATED_INCLUDE_DIR})

@@ -9,6 +9,11 @@
 #include <tapegrad/framework/data/idx.h>
 #include <tapegrad/framework/data/distributed_sampler.h>
 #include <tapegrad/framework/data/sampler.h>
+#include <tapegrad/framework/data/stream_dataset.h>
+#include <tapegrad/framework/data/stream_loader.h>
+#include <tapegrad/framework/data/image_transforms.h>
+#include <tapegrad/framework/data/image_folder.h>
+#include <tapegrad/framework/data/csv_dataset.h>
 #include <tapegrad/framework/gradcheck/gradcheck.h>
 #include <tapegrad/framework/init.h>
 #include <tapegrad/framework/module.h>
