@@ -150,3 +150,60 @@ TEST_CASE("float64 sigmoid and tanh are libm's") {
     CHECK(t[k] == std::tanh(x[k]));
   }
 }
+
+TEST_CASE("fused LSTM cell row: float32 within a few ulp of the float64 formulas, float64 exactly them") {
+  for (const std::int64_t h : {1, 7, 16, 37, 256}) {
+    for (const bool with_bias : {true, false}) {
+      const auto n4 = static_cast<std::size_t>(4 * h), n = static_cast<std::size_t>(h);
+      std::vector<double> x(n4), hidden(n4), bias(n4), c_prev(n), d_u(n), d_cell(n);
+      for (std::size_t k = 0; k < n4; ++k) {  // pre-activations over about [-9, 9], cells over about [-4, 4]
+        x[k] = std::sin(0.7 * static_cast<double>(k) + 1.0) * 4.0;
+        hidden[k] = std::cos(1.3 * static_cast<double>(k)) * 3.0;
+        bias[k] = std::sin(2.1 * static_cast<double>(k)) * 2.0;
+      }
+      for (std::size_t j = 0; j < n; ++j) {
+        c_prev[j] = std::cos(0.37 * static_cast<double>(j)) * 3.0;
+        d_u[j] = std::sin(0.91 * static_cast<double>(j));
+        d_cell[j] = std::cos(0.23 * static_cast<double>(j));
+      }
+      auto as_float = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+      const std::vector<float> xf = as_float(x), hf = as_float(hidden), bf = as_float(bias), cpf = as_float(c_prev),
+                               duf = as_float(d_u);
+      std::vector<float> gates(n4), c(n), tc(n), u(n), d_cell_f = as_float(d_cell), d_gates(n4);
+      tapegrad::kernels::lstm_cell_forward(h, xf.data(), hf.data(), with_bias ? bf.data() : nullptr, gates.data(),
+                                           cpf.data(), c.data(), tc.data(), u.data());
+      tapegrad::kernels::lstm_cell_backward(h, gates.data(), cpf.data(), tc.data(), duf.data(), d_cell_f.data(),
+                                            d_gates.data());
+      std::vector<double> g64(n4), c64(n), tc64(n), u64(n), d_cell64 = d_cell, dg64(n4);
+      tapegrad::kernels::lstm_cell_forward(h, x.data(), hidden.data(), with_bias ? bias.data() : nullptr, g64.data(),
+                                           c_prev.data(), c64.data(), tc64.data(), u64.data());
+      tapegrad::kernels::lstm_cell_backward(h, g64.data(), c_prev.data(), tc64.data(), d_u.data(), d_cell64.data(),
+                                            dg64.data());
+      for (std::size_t j = 0; j < n; ++j) {
+        // float64: the scalar formulas, in the same order.
+        double pre[4];
+        for (std::size_t q = 0; q < 4; ++q)
+          pre[q] = x[q * n + j] + hidden[q * n + j] + (with_bias ? bias[q * n + j] : 0.0);
+        auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+        const double i = sig(pre[0]), f = sig(pre[1]), g = std::tanh(pre[2]), o = sig(pre[3]);
+        const double cell = f * c_prev[j] + i * g, t = std::tanh(cell);
+        CHECK(g64[j] == i);
+        CHECK(g64[3 * n + j] == o);
+        CHECK(c64[j] == cell);
+        CHECK(u64[j] == o * t);
+        const double dc = d_cell[j] + d_u[j] * o * (1 - t * t);
+        CHECK(dg64[n + j] == dc * c_prev[j] * f * (1 - f));
+        CHECK(d_cell64[j] == dc * f);
+        // float32: PyTorch's float32 tolerance (rtol 1.3e-6, atol 1e-5) with a margin for the float inputs.
+        for (std::size_t q = 0; q < 4; ++q) {
+          CHECK(std::fabs(gates[q * n + j] - g64[q * n + j]) <= 1e-5 + 1.3e-6 * std::fabs(g64[q * n + j]));
+          CHECK(std::fabs(d_gates[q * n + j] - dg64[q * n + j]) <= 1e-5 + 1.3e-6 * std::fabs(dg64[q * n + j]));
+        }
+        CHECK(std::fabs(c[j] - cell) <= 1e-5 + 1.3e-6 * std::fabs(cell));
+        CHECK(std::fabs(tc[j] - t) <= 1e-5 + 1.3e-6 * std::fabs(t));
+        CHECK(std::fabs(u[j] - o * t) <= 1e-5 + 1.3e-6 * std::fabs(o * t));
+        CHECK(std::fabs(d_cell_f[j] - dc * f) <= 1e-5 + 1.3e-6 * std::fabs(dc * f));
+      }
+    }
+  }
+}
