@@ -5,7 +5,9 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,6 +27,26 @@ struct AutogradMeta;
 namespace indexing {
 class TensorIndex;
 }
+
+/// A number given to an op, as libtorch's Scalar: it remembers whether it was written as an integer, because
+/// that decides the dtype of the result on an int64 tensor (x.mul(2) stays int64, x.mul(2.0) is float32).
+class Scalar {
+ public:
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  Scalar(T value)  // NOLINT(google-explicit-constructor): converts implicitly, as libtorch's
+      : double_(static_cast<double>(value)), int64_(std::is_integral_v<T> ? static_cast<std::int64_t>(value) : 0),
+        integral_(std::is_integral_v<T>) {}
+  bool is_integral() const { return integral_; }
+  double to_double() const { return double_; }
+  /// The integer value (exact for any int64); only meaningful when is_integral().
+  std::int64_t to_int64() const { return int64_; }
+
+ private:
+  double double_;
+  std::int64_t int64_;
+  bool integral_;
+};
 
 /// Note: a Tensor is a handle. Copying a Tensor copies the handle, so both names see the same values and
 /// the same .grad (as in libtorch). Use clone() for an independent copy and detach() for a handle that
@@ -70,6 +92,9 @@ class Tensor {
 
   /// The single value of a one-element tensor, as double.
   double item() const;
+  /// The single value as T (bool, int, int64_t/long long, float or double), converted as libtorch's
+  /// item<T>(): out of T's range (or NaN/inf to an integer) is an error; float to integer truncates.
+  template <class T> T item() const;
   /// Element at a full index, as double (for tests and printing, not for kernels).
   double at(std::initializer_list<std::int64_t> index) const;
   /// All values, converted to double, in row-major order.
@@ -144,6 +169,55 @@ class Tensor {
   Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values);
   Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values);
   Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);
+  /// t[i] is t.select(0, i): a view (negative i counts from the end), as libtorch's. t[i][j] chains.
+  Tensor operator[](std::int64_t index) const;
+  /// t[idx] is t.index({idx}): an int64 tensor gathers along dim 0 and a floating 0/1 tensor is a mask (copies).
+  Tensor operator[](const Tensor& index) const;
+
+  // ---- libtorch's method spellings of ops (ops/tensor_op_methods.cpp): the free functions of the same name ----
+  // Note: inside Tensor's own member functions these names hide the free functions: call tapegrad::sum(...).
+  Tensor sum() const;
+  Tensor sum(const std::vector<std::int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<std::int64_t>& dims, bool keepdim = false) const;
+  Tensor prod() const;
+  Tensor prod(std::int64_t dim, bool keepdim = false) const;
+  /// Full reductions only; max(x, dim) / min(x, dim) (values and indices) are free functions.
+  Tensor max() const;
+  Tensor min() const;
+  Tensor argmax() const;
+  Tensor argmax(std::int64_t dim, bool keepdim = false) const;
+  Tensor argmin() const;
+  Tensor argmin(std::int64_t dim, bool keepdim = false) const;
+  Tensor count_nonzero() const;
+  /// Masks of this tensor's dtype holding 1 and 0 (tapegrad has no bool dtype; see ops/compare.h).
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(Scalar other) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor ne(Scalar other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(Scalar other) const;
+  Tensor le(const Tensor& other) const;
+  Tensor le(Scalar other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(Scalar other) const;
+  Tensor ge(const Tensor& other) const;
+  Tensor ge(Scalar other) const;
+  /// With a Scalar, PyTorch's promotion on an int64 tensor: an integer Scalar keeps int64 (wrapping), a
+  /// floating one gives float32; div is true division (int64 / anything is float32).
+  Tensor add(const Tensor& other) const;
+  Tensor add(Scalar other) const;
+  Tensor sub(const Tensor& other) const;
+  Tensor sub(Scalar other) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(Scalar other) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(Scalar other) const;
+  /// int64 ** negative integer is refused, as PyTorch.
+  Tensor pow(Scalar exponent) const;
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  /// Keeps this tensor's dtype (an int64 tensor filled with 0.5 holds 0, as PyTorch).
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
 
   /// Replaces the values, shape and dtype behind this handle with `source`'s (sharing its storage), keeping
   /// this tensor's identity, so every handle to it sees the change. Used by Module::to and clone. A .grad

@@ -13,6 +13,7 @@
 #include <tapegrad/framework/detail/reduce.h>
 #include <tapegrad/framework/kernels/column_sums.h>
 #include <tapegrad/framework/ops/compare.h>
+#include <tapegrad/framework/ops/detail/integer_sum.h>
 #include <tapegrad/framework/ops/elementwise.h>
 
 namespace tapegrad {
@@ -129,11 +130,13 @@ Tensor broadcast_to(const Tensor& x_in, const Shape& shape) {
 
 Tensor sum(const Tensor& x) {
   x.check_defined("sum");
+  if (x.dtype() == DType::Int64) return detail::integer_sum(x, detail::all_dims(x.dim()), false);
   return sum_to(x, Shape{});
 }
 
 Tensor sum(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
   x.check_defined("sum");
+  if (x.dtype() == DType::Int64) return detail::integer_sum(x, dims, keepdim);
   std::vector<std::int64_t> normalized;
   const Shape keep = kept_shape(x, dims, "sum", &normalized);
   Tensor reduced = sum_to(x, keep);
@@ -141,14 +144,26 @@ Tensor sum(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim)
   return keepdim ? reduced : reduced.reshape(drop_dims(x.shape(), normalized));
 }
 
+namespace {
+// PyTorch's own words (a porter may search for them), then what to do about it here.
+void check_mean_dtype(const Tensor& x) {
+  if (!is_floating(x.dtype()))
+    fail("mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. "
+         "Got: Long (an int64 tensor of shape {}; convert it first, e.g. x.to(DType::Float32))",
+         shape_string(x.shape()));
+}
+}  // namespace
+
 Tensor mean(const Tensor& x) {
   x.check_defined("mean");
+  check_mean_dtype(x);
   if (x.numel() == 0) fail("mean: empty tensor of shape {}", shape_string(x.shape()));
   return div(sum(x), static_cast<double>(x.numel()));
 }
 
 Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
   x.check_defined("mean");
+  check_mean_dtype(x);
   std::vector<std::int64_t> normalized;
   const Shape keep = kept_shape(x, dims, "mean", &normalized);
   const std::int64_t count = keep.empty() ? 1 : x.numel() / std::max<std::int64_t>(shape_numel(keep), 1);
@@ -212,8 +227,11 @@ Tensor put_along(const Tensor& g_in, const Tensor& indices_in, std::int64_t dim,
 // True when v should replace best: strictly better, or the first NaN (NaN propagates, as PyTorch).
 template <bool IsMax, class T>
 bool replaces(T v, T best) {
-  if (std::isnan(best)) return false;
-  return std::isnan(v) || (IsMax ? v > best : v < best);
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(best)) return false;
+    if (std::isnan(v)) return true;
+  }
+  return IsMax ? v > best : v < best;
 }
 
 template <bool IsMax>
@@ -231,7 +249,7 @@ ValuesIndices extremum_along(const Tensor& x_in, std::int64_t dim, bool keepdim,
   const Shape& result_shape = keepdim ? keep : out_shape;
   Tensor values = empty(result_shape, x.dtype());
   Tensor indices = empty(result_shape, DType::Int64);
-  detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
+  detail::dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data<T>();
     T* best = values.data<T>();
@@ -269,10 +287,13 @@ Tensor extremum_over(const Tensor& x_in, const std::vector<std::int64_t>& dims, 
   if (plan.count == 0 || (x.numel() == 0 && shape_numel(plan.keep) != 0))
     fail("{}: cannot reduce an empty dim of shape {}", op, shape_string(x.shape()));
   Tensor out = empty(keepdim ? plan.keep : plan.out, x.dtype());
-  detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
+  detail::dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
-    const T start = IsMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+    // the identity of max/min: -inf/+inf for floats, the extreme representable values for int64
+    using Limits = std::numeric_limits<T>;
+    const T start = Limits::has_infinity ? (IsMax ? -Limits::infinity() : Limits::infinity())
+                                         : (IsMax ? Limits::lowest() : Limits::max());
     std::fill(o, o + out.numel(), start);
     detail::for_each_reduced(x.data<T>(), x.shape(), plan.keep, [o](std::int64_t j, T v) {
       if (replaces<IsMax>(v, o[j])) o[j] = v;
@@ -316,6 +337,18 @@ Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim) {
   NoGradGuard no_grad;
   return extremum_along<false>(x, dim, keepdim, "argmin").indices;
+}
+Tensor argmax(const Tensor& x) {
+  x.check_defined("argmax");
+  NoGradGuard no_grad;
+  if (x.numel() == 0) fail("argmax: cannot take the argmax of an empty tensor of shape {}", shape_string(x.shape()));
+  return extremum_along<true>(x.reshape({-1}), 0, false, "argmax").indices;
+}
+Tensor argmin(const Tensor& x) {
+  x.check_defined("argmin");
+  NoGradGuard no_grad;
+  if (x.numel() == 0) fail("argmin: cannot take the argmin of an empty tensor of shape {}", shape_string(x.shape()));
+  return extremum_along<false>(x.reshape({-1}), 0, false, "argmin").indices;
 }
 
 Tensor var(const Tensor& x) {

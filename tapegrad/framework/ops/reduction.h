@@ -1,5 +1,8 @@
 #pragma once
 /// Reductions over all or chosen dims, and the broadcast/sum-to pair that broadcasting gradients use.
+/// Note: as in PyTorch, sum, prod, max/min, amax/amin, argmax/argmin and count_nonzero also take int64
+/// tensors and give int64 results (sums and products wrap around modulo 2^64, as PyTorch's); mean, var and
+/// std_dev refuse them (convert with .to(DType::Float32) first). Integer results are never differentiable.
 #include <tapegrad/export.h>
 #include <vector>
 
@@ -9,13 +12,22 @@ TAPEGRAD_API_BEGIN
 
 namespace tapegrad {
 
-/// Sum of all elements (0-dim result).
+/// Sum of all elements (0-dim result; int64 for an int64 tensor).
 Tensor sum(const Tensor& x);
 /// Sum over `dims` (negative allowed); keepdim leaves them as size 1.
 Tensor sum(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim = false);
 /// Mean of all elements.
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim = false);
+/// Product of all elements (0-dim; 1 for an empty tensor). Gradient: the product of the other elements
+/// (exact where some are 0, as PyTorch's).
+Tensor prod(const Tensor& x);
+/// Product along one dim (PyTorch's prod takes a single dim).
+Tensor prod(const Tensor& x, std::int64_t dim, bool keepdim = false);
+/// Number of non-zero elements (NaN counts), as a 0-dim int64 tensor; any dtype.
+Tensor count_nonzero(const Tensor& x);
+/// Number of non-zero elements over `dims` (int64; no keepdim, as PyTorch's).
+Tensor count_nonzero(const Tensor& x, const std::vector<std::int64_t>& dims);
 
 /// The values and int64 positions of a max or min along one dim (`auto [values, indices] = max(x, 1);`).
 struct ValuesIndices {
@@ -35,6 +47,9 @@ Tensor amin(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim
 /// Index (int64) of the first maximum along `dim`.
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::int64_t dim, bool keepdim = false);
+/// Index (int64, 0-dim) of the first maximum of the flattened tensor.
+Tensor argmax(const Tensor& x);
+Tensor argmin(const Tensor& x);
 
 /// Unbiased variance of all elements (divides by n - 1).
 Tensor var(const Tensor& x);
