@@ -11,7 +11,14 @@ namespace tapegrad::nn {
 
 Module::Module(std::string type_name) : type_name_(std::move(type_name)) {}
 
-Tensor Module::forward(const Tensor&) { fail("{}: forward(Tensor) is not implemented", type_name_); }
+Tensor Module::forward(const Tensor&) {
+  // Note: reached by a module that defines no forward, or one whose forward hides this one instead of
+  // overriding it (taken by value, const, extra defaulted arguments): say how to tell them apart.
+  fail("{}: forward(const Tensor&) is not overridden. If the module has a forward of another signature (such as "
+       "`Tensor forward(Tensor x)`), it hides Module::forward instead of overriding it: declare it "
+       "`Tensor forward(const Tensor& input) override`",
+       type_name_);
+}
 
 void Module::check_new_name(const std::string& name, const char* what) const {
   if (name.empty()) fail("{}: name must not be empty ({})", what, type_name_);

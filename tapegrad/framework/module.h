@@ -14,6 +14,24 @@
 
 TAPEGRAD_API_BEGIN
 
+namespace tapegrad::detail {
+/// The forward-signature trap: M declares a forward that one tensor can call (`Tensor forward(Tensor x)`, a
+/// const one, one with defaulted extra arguments) but none that overrides Module::forward(const Tensor&). Such a
+/// forward hides the virtual one instead of overriding it: `m->forward(x)` works, while Sequential, a parent's
+/// forward through the base and `(*m)(x)` reach Module::forward, which has no computation. GCC 12's -Wall does
+/// not warn (-Woverloaded-virtual would), so the places that take a module by its type refuse it at compile time.
+template <class M>
+concept HidesModuleForward = requires(M& module, Tensor& input) { module.forward(input); } &&
+                             !requires { static_cast<Tensor (M::*)(const Tensor&)>(&M::forward); };
+
+template <class M> consteval void check_forward_signature() {
+  static_assert(!HidesModuleForward<M>,
+                "this module's forward does not override Module::forward(const Tensor&): it hides it, so "
+                "Sequential and (*module)(x) would not call it. Declare it `Tensor forward(const Tensor& input) "
+                "override` (see docs/layers.md, 'The forward signature').");
+}
+}  // namespace tapegrad::detail
+
 namespace tapegrad::nn {
 
 /// Name -> tensor pairs in registration order (dotted names for nested modules: "features.1.running_mean").
@@ -57,6 +75,7 @@ class Module {
   /// Registers a child module; returns it.
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
+    tapegrad::detail::check_forward_signature<M>();
     register_child(name, child);
     return child;
   }

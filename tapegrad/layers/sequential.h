@@ -25,6 +25,10 @@ concept SequentialElement =
 
 template <class T> std::shared_ptr<Module> to_shared_module(T&& element) {
   if constexpr (std::derived_from<std::remove_cvref_t<T>, Module>)
+    tapegrad::detail::check_forward_signature<std::remove_cvref_t<T>>();
+  else
+    tapegrad::detail::check_forward_signature<typename std::remove_cvref_t<T>::element_type>();
+  if constexpr (std::derived_from<std::remove_cvref_t<T>, Module>)
     return std::make_shared<std::remove_cvref_t<T>>(std::forward<T>(element));
   else
     return std::shared_ptr<Module>(std::forward<T>(element));
@@ -48,8 +52,15 @@ class Sequential : public Module {
 
   /// Appends a module under the next index name and returns it with its own type.
   template <class M> std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
+    tapegrad::detail::check_forward_signature<M>();
     append(module);
     return module;
+  }
+  /// Appends a module given by value (moved in, as libtorch's `push_back(Linear(4, 8))`); returns its handle.
+  template <class M>
+    requires std::derived_from<M, Module> && (!std::is_reference_v<M>)
+  std::shared_ptr<M> push_back(M&& module) {
+    return push_back(std::make_shared<M>(std::move(module)));
   }
   /// The i-th module; out of range is an error naming the size.
   std::shared_ptr<Module> at(std::size_t index) const;
