@@ -106,7 +106,60 @@ LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const
   };
   const Tensor h0 = state_of(h0_given, P, "hidden state h0");
   const Tensor c0 = lstm ? state_of(c0_given, H, "cell state c0") : Tensor();
+  LSTMResult result = run_layers(x, {}, h0, c0, states);
+  if (!batched) {
+    result.output = result.output.squeeze(1);
+    if (states) result.h_n = result.h_n.squeeze(1);
+    if (states && lstm) result.c_n = result.c_n.squeeze(1);
+  } else if (s.batch_first) {
+    result.output = result.output.transpose(0, 1);
+  }
+  return result;
+}
 
+PackedLSTMResult RecurrentBase::run_packed(const PackedSequence& input, const Tensor& h0_given, const Tensor& c0_given) {
+  const char* name = type_name().c_str();
+  const Spec& s = spec_;
+  const bool lstm = s.kind == RecurrentKind::LSTM;
+  const DType dtype = parameters().front().dtype();
+  const std::vector<std::int64_t> batch_sizes = packed_batch_sizes(input, name);
+  const Tensor& data = input.data;
+  if (data.dim() != 2)
+    fail("{}: expected packed data [sum(batch_sizes), input_size], got {}", name, shape_string(data.shape()));
+  if (data.size(1) != s.input_size)
+    fail("{}: input.size(-1) must be equal to input_size. Expected {}, got {}", name, s.input_size, data.size(1));
+  if (data.dtype() != dtype)
+    fail("{}: input is {} but the layer's parameters are {} (convert one with .to())", name, dtype_name(data.dtype()),
+         dtype_name(dtype));
+  if (lstm && h0_given.defined() != c0_given.defined()) fail("{}: give both h0 and c0, or neither", name);
+  const std::int64_t B = batch_sizes[0], D = s.bidirectional ? 2 : 1, L = s.num_layers;
+  const std::int64_t P = s.proj_size > 0 ? s.proj_size : s.hidden_size;
+  // As PyTorch: given states are in the caller's batch order and permuted into the packed (sorted) order; the
+  // final states are permuted back.
+  auto state_of = [&](const Tensor& given, std::int64_t width, const char* what) {
+    if (!given.defined()) return zeros({L * D, B, width}, TensorOptions{}.with_dtype(dtype));
+    if (given.shape() != Shape{L * D, B, width})
+      fail("{}: expected {} of size {}, got {}", name, what, shape_string({L * D, B, width}), shape_string(given.shape()));
+    if (given.dtype() != dtype) fail("{}: {} is {}, expected {}", name, what, dtype_name(given.dtype()), dtype_name(dtype));
+    return input.sorted_indices.defined() ? index_select(given, 1, input.sorted_indices) : given;
+  };
+  const Tensor h0 = state_of(h0_given, P, "hidden state h0");
+  const Tensor c0 = lstm ? state_of(c0_given, s.hidden_size, "cell state c0") : Tensor();
+  LSTMResult r = run_layers(data, batch_sizes, h0, c0, true);
+  auto unsort = [&](const Tensor& t) {
+    return t.defined() && input.unsorted_indices.defined() ? index_select(t, 1, input.unsorted_indices) : t;
+  };
+  return {{r.output, input.batch_sizes, input.sorted_indices, input.unsorted_indices}, unsort(r.h_n), unsort(r.c_n)};
+}
+
+LSTMResult RecurrentBase::run_layers(const Tensor& x, const std::vector<std::int64_t>& batch_sizes, const Tensor& h0,
+                                     const Tensor& c0, bool states) {
+  const char* name = type_name().c_str();
+  const Spec& s = spec_;
+  const bool lstm = s.kind == RecurrentKind::LSTM, packed = !batch_sizes.empty();
+  // Padded x is [T, B, F]; packed x is [N, F] with its steps' batch sizes (and stays packed through every layer).
+  const std::int64_t T = packed ? 0 : x.size(0), B = packed ? 0 : x.size(1);
+  const std::int64_t D = s.bidirectional ? 2 : 1, L = s.num_layers;
   const bool drop = is_training() && s.dropout > 0.0 && L > 1;
   std::optional<Generator> dropout_generator;
   if (drop) {
@@ -118,34 +171,26 @@ LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const
   std::vector<Tensor> h_n, c_n;
   Tensor layer_input = x;
   for (std::int64_t layer = 0; layer < L; ++layer) {
-    const Tensor flat = layer_input.reshape({T * B, layer_input.size(2)});
+    const Tensor flat = packed ? layer_input : layer_input.reshape({T * B, layer_input.size(2)});
     std::vector<Tensor> outputs;
     for (std::int64_t d = 0; d < D; ++d) {
       const std::int64_t index = layer * D + d;
       auto p = [&](const char* n) { return s.bias || n[0] == 'w' ? layer_parameter(n, layer, d) : Tensor(); };
       const Tensor projection = linear(flat, p("weight_ih"), p("bias_ih"));
       const Tensor weight_hr = s.proj_size > 0 ? p("weight_hr") : Tensor();
-      RecurrentSequence seq =
-          recurrent_sequence(s.kind, projection.view({T, B, projection.size(1)}), p("weight_hh"), p("bias_hh"),
-                             h0.select(0, index), lstm ? c0.select(0, index) : Tensor(), weight_hr, d == 1, states);
+      RecurrentSequence seq = recurrent_sequence(
+          s.kind, packed ? projection : projection.view({T, B, projection.size(1)}), p("weight_hh"), p("bias_hh"),
+          h0.select(0, index), lstm ? c0.select(0, index) : Tensor(), weight_hr, d == 1, states, batch_sizes);
       outputs.push_back(seq.output);
       if (states) h_n.push_back(seq.h_n);
       if (states && lstm) c_n.push_back(seq.c_n);
     }
-    layer_input = D == 2 ? cat(outputs, 2) : outputs[0];
+    layer_input = D == 2 ? cat(outputs, packed ? 1 : 2) : outputs[0];
     if (drop && layer + 1 < L) layer_input = dropout(layer_input, s.dropout, true, *dropout_generator);
   }
   if (drop) ++*num_masks_drawn.data<std::int64_t>();
 
-  LSTMResult result{layer_input, states ? stack(h_n, 0) : Tensor(), states && lstm ? stack(c_n, 0) : Tensor()};
-  if (!batched) {
-    result.output = result.output.squeeze(1);
-    if (states) result.h_n = result.h_n.squeeze(1);
-    if (states && lstm) result.c_n = result.c_n.squeeze(1);
-  } else if (s.batch_first) {
-    result.output = result.output.transpose(0, 1);
-  }
-  return result;
+  return {layer_input, states ? stack(h_n, 0) : Tensor(), states && lstm ? stack(c_n, 0) : Tensor()};
 }
 
 std::string RecurrentBase::extra_repr() const {
@@ -172,6 +217,11 @@ RNNResult RNN::forward_with_state(const Tensor& input, const Tensor& h0) {
   return {r.output, r.h_n};
 }
 
+PackedRNNResult RNN::forward_with_state(const PackedSequence& input, const Tensor& h0) {
+  PackedLSTMResult r = run_packed(input, h0, Tensor());
+  return {r.output, r.h_n};
+}
+
 // Note: clone_into overwrites every value, so the fresh layer draws its throwaway init from a local generator
 // instead of advancing the caller's random stream.
 std::shared_ptr<Module> RNN::clone() const {
@@ -191,6 +241,10 @@ LSTMResult LSTM::forward_with_state(const Tensor& input, const Tensor& h0, const
   return run(input, h0, c0);
 }
 
+PackedLSTMResult LSTM::forward_with_state(const PackedSequence& input, const Tensor& h0, const Tensor& c0) {
+  return run_packed(input, h0, c0);
+}
+
 std::shared_ptr<Module> LSTM::clone() const {
   Generator scratch;
   LSTMOptions options = options_;
@@ -205,6 +259,11 @@ GRU::GRU(GRUOptions options) : RecurrentBase("GRU", common_spec(RecurrentKind::G
 
 RNNResult GRU::forward_with_state(const Tensor& input, const Tensor& h0) {
   LSTMResult r = run(input, h0, Tensor());
+  return {r.output, r.h_n};
+}
+
+PackedRNNResult GRU::forward_with_state(const PackedSequence& input, const Tensor& h0) {
+  PackedLSTMResult r = run_packed(input, h0, Tensor());
   return {r.output, r.h_n};
 }
 

@@ -10,6 +10,7 @@
 
 #include <tapegrad/framework/module.h>
 #include <tapegrad/framework/ops/recurrent.h>
+#include <tapegrad/layers/packed_sequence.h>
 
 TAPEGRAD_API_BEGIN
 
@@ -88,6 +89,20 @@ struct LSTMResult {
   Tensor c_n;
 };
 
+/// What RNN and GRU return for a PackedSequence: the output packed like the input (data [sum(batch_sizes),
+/// D * H], the same batch_sizes and indices) and h_n [num_layers * D, B, H] in the caller's batch order.
+struct PackedRNNResult {
+  PackedSequence output;
+  Tensor h_n;
+};
+
+/// What LSTM returns for a PackedSequence: as PackedRNNResult, plus c_n [num_layers * D, B, hidden_size].
+struct PackedLSTMResult {
+  PackedSequence output;
+  Tensor h_n;
+  Tensor c_n;
+};
+
 /// The common machinery of RNN, LSTM and GRU: parameters by PyTorch's names, the layer loop, dropout between
 /// layers. Per layer and direction it runs one input GEMM for the whole sequence (linear) and one
 /// recurrent_sequence op (ops/recurrent.h): two tape records, plus views and the concatenation of directions.
@@ -128,9 +143,15 @@ class RecurrentBase : public Module {
   RecurrentBase(const char* name, Spec spec);
   /// The whole stack; c0 and c_n only for LSTM; h_n and c_n left undefined unless `states`.
   LSTMResult run(const Tensor& input, const Tensor& h0, const Tensor& c0, bool states = true);
+  /// The whole stack over a packed batch (h0 / c0 and the returned states in the caller's batch order).
+  PackedLSTMResult run_packed(const PackedSequence& input, const Tensor& h0, const Tensor& c0);
   const Spec& spec() const { return spec_; }
 
  private:
+  /// The layer loop over x [T, B, F] (batch_sizes empty) or packed x [N, F], with h0 / c0 [L * D, B, *] in x's
+  /// batch order; returns output in x's layout.
+  LSTMResult run_layers(const Tensor& x, const std::vector<std::int64_t>& batch_sizes, const Tensor& h0,
+                        const Tensor& c0, bool states);
   Spec spec_;
 };
 
@@ -141,6 +162,10 @@ class RNN : public RecurrentBase {
   RNN(std::int64_t input_size, std::int64_t hidden_size) : RNN(RNNOptions(input_size, hidden_size)) {}
   /// Output and h_n; h0 [num_layers * D, B, H] ([num_layers * D, H] unbatched), zeros when undefined.
   RNNResult forward_with_state(const Tensor& input, const Tensor& h0 = Tensor());
+  /// A variable-length batch (pack_padded_sequence, pack_sequence): packed output and h_n; h0 [num_layers * D,
+  /// B, H] in the caller's batch order. Each sequence runs its own steps only; the reverse direction starts at
+  /// each sequence's last step.
+  PackedRNNResult forward_with_state(const PackedSequence& input, const Tensor& h0 = Tensor());
   std::shared_ptr<Module> clone() const override;
   const RNNOptions& options() const { return options_; }
 
@@ -156,6 +181,9 @@ class LSTM : public RecurrentBase {
   /// Output, h_n and c_n; h0 [num_layers * D, B, proj_size or H], c0 [num_layers * D, B, H] (without the B
   /// dim when unbatched), zeros when undefined (give both or neither, as PyTorch).
   LSTMResult forward_with_state(const Tensor& input, const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor());
+  /// A variable-length batch: packed output, h_n and c_n (as RNN's packed forward_with_state).
+  PackedLSTMResult forward_with_state(const PackedSequence& input, const Tensor& h0 = Tensor(),
+                                      const Tensor& c0 = Tensor());
   std::shared_ptr<Module> clone() const override;
   const LSTMOptions& options() const { return options_; }
 
@@ -168,8 +196,9 @@ class GRU : public RecurrentBase {
  public:
   explicit GRU(GRUOptions options);
   GRU(std::int64_t input_size, std::int64_t hidden_size) : GRU(GRUOptions(input_size, hidden_size)) {}
-  /// Output and h_n, as RNN::forward_with_state.
+  /// Output and h_n, as RNN::forward_with_state (both overloads).
   RNNResult forward_with_state(const Tensor& input, const Tensor& h0 = Tensor());
+  PackedRNNResult forward_with_state(const PackedSequence& input, const Tensor& h0 = Tensor());
   std::shared_ptr<Module> clone() const override;
   const GRUOptions& options() const { return options_; }
 

@@ -3,7 +3,9 @@
 // ops/detail/recurrent_steps.h).
 #include <tapegrad/framework/ops/recurrent.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/autograd/grad_mode.h>
@@ -25,24 +27,33 @@ S sigmoid(S x) {
 }  // namespace
 
 template <class S>
-void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const S* c0) {
+void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const S* c0, S* h_n, S* c_n) {
   const std::int64_t B = b.batch, H = b.hidden, P = b.state, GH = b.gates;
-  const bool threaded = use_threads(B * H, kGateParallel);
   std::vector<S> hidden_products(static_cast<std::size_t>(B * GH));
   S* gh = hidden_products.data();
+  // Reverse steps of a packed batch whose rows join from h0 read h_prev from here (see `continuing`).
+  std::vector<S> joined(b.batch_sizes && b.reverse ? static_cast<std::size_t>(B * P) : 0);
   if (b.kind == RecurrentKind::LSTM)
     for (std::int64_t k = 0; k < B * H; ++k) b.cells[k] = c0 ? c0[k] : S(0);
   for (std::int64_t s = 0; s < b.steps; ++s) {
-    const std::int64_t t = b.time(s);
-    const S* h_prev = s == 0 ? b.h0 : b.output + b.time(s - 1) * B * P;
-    kernels::gemm(false, true, B, GH, P, S(1), h_prev, P, b.weight_hh, P, S(0), gh, GH);
-    const S* x = input_projection + t * B * GH;
-    S* out = b.output + t * B * P;
+    const std::int64_t t = b.time(s), rows = b.rows(s), cont = b.continuing(s);
+    const std::int64_t t_prev = s == 0 ? 0 : b.time(s - 1);
+    const bool threaded = use_threads(rows * H, kGateParallel);
+    const S* h_prev = s == 0 ? b.h0 : b.output + b.offset(t_prev) * P;
+    if (s > 0 && cont < rows) {
+      std::copy(h_prev, h_prev + cont * P, joined.begin());
+      std::copy(b.h0 + cont * P, b.h0 + rows * P, joined.begin() + cont * P);
+      h_prev = joined.data();
+    }
+    // Note: only the step's own rows go through the GEMM and the gates (what PyTorch does with batch_sizes).
+    kernels::gemm(false, true, rows, GH, P, S(1), h_prev, P, b.weight_hh, P, S(0), gh, GH);
+    const S* x = input_projection + b.offset(t) * GH;
+    S* out = b.output + b.offset(t) * P;
     switch (b.kind) {
       case RecurrentKind::RNNTanh:
       case RecurrentKind::RNNReLU: {
         const bool relu = b.kind == RecurrentKind::RNNReLU;
-        parallel_for(B, threaded, [&](std::int64_t n) {
+        parallel_for(rows, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j;
             const S pre = x[k] + gh[k] + (b.bias_hh ? b.bias_hh[j] : S(0));
@@ -52,11 +63,12 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
         break;
       }
       case RecurrentKind::LSTM: {
-        S* act = b.activations + t * B * GH;
-        const S* c_prev = b.cells + s * B * H;
-        S* c = b.cells + (s + 1) * B * H;
-        S* u = b.unprojected ? b.unprojected + t * B * H : out;
-        parallel_for(B, threaded, [&](std::int64_t n) {
+        S* act = b.activations + b.offset(t) * GH;
+        const S* c_prev = s == 0 ? b.cells : b.cells + (B + b.offset(t_prev)) * H;
+        S* c = b.cells + (B + b.offset(t)) * H;
+        S* u = b.unprojected ? b.unprojected + b.offset(t) * H : out;
+        parallel_for(rows, threaded, [&](std::int64_t n) {
+          const S* cp = n < cont || s == 0 ? c_prev + n * H : b.cells + n * H;  // joining rows: c0
           for (std::int64_t j = 0; j < H; ++j) {
             S gate[4];
             for (int q = 0; q < 4; ++q) {
@@ -66,18 +78,18 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
             const S i = sigmoid(gate[0]), f = sigmoid(gate[1]), g = std::tanh(gate[2]), o = sigmoid(gate[3]);
             S* a = act + n * GH + j;
             a[0] = i, a[H] = f, a[2 * H] = g, a[3 * H] = o;
-            const S cell = f * c_prev[n * H + j] + i * g;
+            const S cell = f * cp[j] + i * g;
             c[n * H + j] = cell;
             u[n * (b.unprojected ? H : P) + j] = o * std::tanh(cell);
           }
         });
-        if (b.unprojected) kernels::gemm(false, true, B, P, H, S(1), u, H, b.weight_hr, H, S(0), out, P);
+        if (b.unprojected) kernels::gemm(false, true, rows, P, H, S(1), u, H, b.weight_hr, H, S(0), out, P);
         break;
       }
       case RecurrentKind::GRU: {
-        S* act = b.activations + t * B * GH;
-        S* hn = b.hidden_n + t * B * H;
-        parallel_for(B, threaded, [&](std::int64_t n) {
+        S* act = b.activations + b.offset(t) * GH;
+        S* hn = b.hidden_n + b.offset(t) * H;
+        parallel_for(rows, threaded, [&](std::int64_t n) {
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j;
             const S* bias = b.bias_hh;
@@ -94,10 +106,23 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
       }
     }
   }
+  // Each row's final states are those of its last processing step: rows [rows(s + 1), rows(s)) end at step s
+  // (in reverse every row ends at time 0, the last step).
+  for (std::int64_t s = 0; s < b.steps; ++s) {
+    const std::int64_t t = b.time(s), first = s + 1 < b.steps ? b.rows(s + 1) : 0;
+    for (std::int64_t n = first; n < b.rows(s); ++n) {
+      const S* h = b.output + (b.offset(t) + n) * P;
+      if (h_n) std::copy(h, h + P, h_n + n * P);
+      if (c_n) {
+        const S* c = b.cells + (B + b.offset(t) + n) * H;
+        std::copy(c, c + H, c_n + n * H);
+      }
+    }
+  }
 }
 
-template void recurrent_forward<float>(RecurrentBuffers<float>&, const float*, const float*);
-template void recurrent_forward<double>(RecurrentBuffers<double>&, const double*, const double*);
+template void recurrent_forward<float>(RecurrentBuffers<float>&, const float*, const float*, float*, float*);
+template void recurrent_forward<double>(RecurrentBuffers<double>&, const double*, const double*, double*, double*);
 
 }  // namespace detail
 
@@ -146,6 +171,8 @@ struct Saved {
   bool reverse;
   SavedTensor weight_hh, bias_hh, weight_hr, h0;
   Tensor output, activations, cells, hidden_n, unprojected;
+  // Packed input only (else empty): rows per time step and their offsets.
+  std::vector<std::int64_t> batch_sizes, offsets;
 };
 
 template <class S>
@@ -168,7 +195,9 @@ detail::RecurrentBuffers<S> buffers_of(const Saved& s, const Tensor& weight_hh, 
           pointer<S>(activations),
           pointer<S>(cells),
           pointer<S>(hidden_n),
-          pointer<S>(unprojected)};
+          pointer<S>(unprojected),
+          s.batch_sizes.empty() ? nullptr : s.batch_sizes.data(),
+          s.offsets.empty() ? nullptr : s.offsets.data()};
 }
 
 std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad needs);
@@ -177,18 +206,37 @@ std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad ne
 
 RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_projection, const Tensor& weight_hh,
                                      const Tensor& bias_hh, const Tensor& h0, const Tensor& c0,
-                                     const Tensor& weight_hr, bool reverse, bool final_states) {
+                                     const Tensor& weight_hr, bool reverse, bool final_states,
+                                     const std::vector<std::int64_t>& batch_sizes) {
   const char* op = op_name(kind);
   input_projection.check_defined(op);
   const DType dtype = input_projection.dtype();
   if (!is_floating(dtype)) fail("{}: expected a float32 or float64 input_projection, got {}", op, dtype_name(dtype));
-  if (input_projection.dim() != 3)
-    fail("{}: expected input_projection [T, B, G*H], got {}", op, shape_string(input_projection.shape()));
+  const bool packed_input = !batch_sizes.empty();
   const std::int64_t G = recurrent_gate_count(kind);
-  const std::int64_t T = input_projection.size(0), B = input_projection.size(1), GH = input_projection.size(2);
-  if (T < 1 || B < 1 || GH < G || GH % G != 0)
-    fail("{}: expected input_projection [T >= 1, B >= 1, {} * hidden_size], got {}", op, G,
-         shape_string(input_projection.shape()));
+  std::int64_t T = 0, B = 0, N = 0, GH = 0;
+  if (!packed_input) {
+    if (input_projection.dim() != 3)
+      fail("{}: expected input_projection [T, B, G*H], got {}", op, shape_string(input_projection.shape()));
+    T = input_projection.size(0), B = input_projection.size(1), N = T * B, GH = input_projection.size(2);
+    if (T < 1 || B < 1 || GH < G || GH % G != 0)
+      fail("{}: expected input_projection [T >= 1, B >= 1, {} * hidden_size], got {}", op, G,
+           shape_string(input_projection.shape()));
+  } else {
+    if (input_projection.dim() != 2)
+      fail("{}: expected a packed input_projection [sum(batch_sizes), G*H], got {}", op,
+           shape_string(input_projection.shape()));
+    T = static_cast<std::int64_t>(batch_sizes.size()), B = batch_sizes[0], GH = input_projection.size(1);
+    for (std::size_t t = 0; t < batch_sizes.size(); ++t) {
+      if (batch_sizes[t] < 1 || (t > 0 && batch_sizes[t] > batch_sizes[t - 1]))
+        fail("{}: batch_sizes must be positive and non-increasing, got {} at step {} (previous {})", op,
+             batch_sizes[t], t, t > 0 ? batch_sizes[t - 1] : 0);
+      N += batch_sizes[t];
+    }
+    if (input_projection.size(0) != N || GH < G || GH % G != 0)
+      fail("{}: expected input_projection [{} (the sum of batch_sizes), {} * hidden_size], got {}", op, N, G,
+           shape_string(input_projection.shape()));
+  }
   const std::int64_t H = GH / G;
   if (weight_hr.defined() && kind != RecurrentKind::LSTM) fail("{}: weight_hr is only for LSTM", op);
   const std::int64_t P = weight_hr.defined() ? weight_hr.size(0) : H;
@@ -200,24 +248,29 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
   else if (c0.defined()) fail("{}: c0 is only for LSTM", op);
 
   const bool lstm = kind == RecurrentKind::LSTM;
-  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}};
-  // LSTM's c_n follows the outputs in one storage, the record's single output; the others' is the output itself.
-  Tensor packed = lstm ? empty({T * B * P + B * H}, dtype) : empty({T, B, P}, dtype);
-  if (kind == RecurrentKind::LSTM || kind == RecurrentKind::GRU) saved.activations = empty({T, B, GH}, dtype);
-  if (lstm) saved.cells = empty({T + 1, B, H}, dtype);
-  if (kind == RecurrentKind::GRU) saved.hidden_n = empty({T, B, H}, dtype);
-  if (weight_hr.defined()) saved.unprojected = empty({T, B, H}, dtype);
+  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  if (packed_input) {
+    saved.batch_sizes = batch_sizes;
+    for (std::int64_t t = 0, offset = 0; t < T; offset += batch_sizes[static_cast<std::size_t>(t)], ++t)
+      saved.offsets.push_back(offset);
+  }
+  // The record's single output: the outputs, then (packed input) h_n, then (LSTM) c_n, in one storage. Padded,
+  // h_n is a view of the outputs' last step, and RNN's and GRU's record output is the outputs themselves.
+  const std::int64_t h_n_size = packed_input ? B * P : 0, final_size = h_n_size + (lstm ? B * H : 0);
+  Tensor packed = final_size > 0 ? empty({N * P + final_size}, dtype) : empty({T, B, P}, dtype);
+  if (kind == RecurrentKind::LSTM || kind == RecurrentKind::GRU) saved.activations = empty({N, GH}, dtype);
+  if (lstm) saved.cells = empty({B + N, H}, dtype);
+  if (kind == RecurrentKind::GRU) saved.hidden_n = empty({N, H}, dtype);
+  if (weight_hr.defined()) saved.unprojected = empty({N, H}, dtype);
   saved.output = packed.detach();
   const Tensor x = values_of(input_projection), w = values_of(weight_hh), bias = values_of(bias_hh),
                h = values_of(h0), c = values_of(c0), w_r = values_of(weight_hr);
   detail::dispatch_floating(dtype, op, [&](auto zero) {
     using S = decltype(zero);
     auto b = buffers_of<S>(saved, w, bias, w_r, h);
-    detail::recurrent_forward<S>(b, x.data<S>(), pointer<S>(c));
-    if (lstm) {  // c_n after the outputs
-      const S* last = b.cells + T * B * H;
-      std::copy(last, last + B * H, packed.data<S>() + T * B * P);
-    }
+    S* finals = packed.data<S>() + N * P;
+    detail::recurrent_forward<S>(b, x.data<S>(), pointer<S>(c), packed_input ? finals : nullptr,
+                                 lstm ? finals + h_n_size : nullptr);
   });
 
   packed = record_if_needed(op, packed, {input_projection, weight_hh, bias_hh, h0, c0, weight_hr}, [&] {
@@ -228,10 +281,11 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
     return [saved = std::move(saved)](const Tensor& grad, NeedsGrad needs) { return backward_of(saved, grad, needs); };
   });
   RecurrentSequence result;
-  result.output = lstm ? packed.narrow(0, 0, T * B * P).view({T, B, P}) : packed;
+  if (final_size == 0) result.output = packed;
+  else result.output = packed_input ? packed.narrow(0, 0, N * P).view({N, P}) : packed.narrow(0, 0, N * P).view({T, B, P});
   if (!final_states) return result;
-  result.h_n = result.output.select(0, reverse ? 0 : T - 1);
-  if (lstm) result.c_n = packed.narrow(0, T * B * P, B * H).view({B, H});
+  result.h_n = packed_input ? packed.narrow(0, N * P, B * P).view({B, P}) : result.output.select(0, reverse ? 0 : T - 1);
+  if (lstm) result.c_n = packed.narrow(0, N * P + h_n_size, B * H).view({B, H});
   return result;
 }
 
@@ -247,17 +301,20 @@ std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad ne
   const Tensor bias = s.bias_hh.get().defined() ? values_of(s.bias_hh.get()) : Tensor();
   const Tensor w_r = s.weight_hr.get().defined() ? values_of(s.weight_hr.get()) : Tensor();
   const Tensor g = grad.detach().contiguous();
-  const std::int64_t T = s.steps, B = s.batch, H = s.hidden, P = s.state, GH = recurrent_gate_count(s.kind) * H;
+  const std::int64_t B = s.batch, H = s.hidden, P = s.state, GH = recurrent_gate_count(s.kind) * H;
+  const std::int64_t N = s.batch_sizes.empty() ? s.steps * B : s.offsets.back() + s.batch_sizes.back();
   const DType dtype = g.dtype();
-  Tensor d_x = empty({T, B, GH}, dtype), d_w = needs[1] ? empty({GH, P}, dtype) : Tensor(),
+  Tensor d_x = s.batch_sizes.empty() ? empty({s.steps, B, GH}, dtype) : empty({N, GH}, dtype), d_w = needs[1] ? empty({GH, P}, dtype) : Tensor(),
          d_b = needs[2] && bias.defined() ? empty({GH}, dtype) : Tensor(), d_h0 = empty({B, P}, dtype),
          d_c0 = s.kind == RecurrentKind::LSTM ? empty({B, H}, dtype) : Tensor(),
          d_w_r = needs[5] && w_r.defined() ? empty({P, H}, dtype) : Tensor();
   detail::dispatch_floating(dtype, op, [&](auto zero) {
     using S = decltype(zero);
     const auto b = buffers_of<S>(s, w, bias, w_r, h0);
-    const S* g_c_n = s.kind == RecurrentKind::LSTM ? g.data<S>() + T * B * P : nullptr;
-    detail::recurrent_backward<S>(b, g.data<S>(), g_c_n,
+    const bool packed_input = !s.batch_sizes.empty();
+    const S* g_h_n = packed_input ? g.data<S>() + N * P : nullptr;
+    const S* g_c_n = s.kind == RecurrentKind::LSTM ? g.data<S>() + N * P + (packed_input ? B * P : 0) : nullptr;
+    detail::recurrent_backward<S>(b, g.data<S>(), g_h_n, g_c_n,
                                   {pointer<S>(d_x), pointer<S>(d_w), pointer<S>(d_b), pointer<S>(d_h0),
                                    pointer<S>(d_c0), pointer<S>(d_w_r)});
   });

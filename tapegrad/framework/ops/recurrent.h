@@ -3,6 +3,7 @@
 /// gate arithmetic forward, and backpropagation through time backward, in a single tape record.
 #include <tapegrad/export.h>
 #include <cstdint>
+#include <vector>
 
 #include <tapegrad/framework/tensor.h>
 
@@ -14,8 +15,9 @@ namespace tapegrad {
 /// GRU (3: r, z, n), in PyTorch's gate order.
 enum class RecurrentKind { RNNTanh, RNNReLU, LSTM, GRU };
 
-/// What recurrent_sequence returns: output [T, B, P] (the hidden state of every step, in input time order),
-/// h_n [B, P] (the last step's hidden state: output[T - 1], or output[0] when reversed), and for LSTM c_n [B, H].
+/// What recurrent_sequence returns: output [T, B, P] (the hidden state of every step, in input time order;
+/// packed [sum(batch_sizes), P] with batch_sizes), h_n [B, P] (the last step's hidden state: output[T - 1], or
+/// output[0] when reversed), and for LSTM c_n [B, H].
 struct RecurrentSequence {
   Tensor output;
   Tensor h_n;
@@ -36,10 +38,19 @@ struct RecurrentSequence {
 /// is not itself differentiable: backward(create_graph=true) through it throws.
 /// With `final_states` false, h_n and c_n are left undefined (no view of them is taken, so a caller that only
 /// wants the output records nothing it does not use).
+///
+/// Packed sequences (nn::PackedSequence): with `batch_sizes` given (the rows of each of the T time steps,
+/// positive and non-increasing, B = batch_sizes[0]), input_projection is the packed [sum(batch_sizes), G*H]
+/// (time-major: step t's rows follow step t - 1's, row n being the n-th longest sequence) and output is packed
+/// [sum(batch_sizes), P] the same way. Step t runs its hidden GEMM and gates on its batch_sizes[t] rows only,
+/// as PyTorch does; h_n / c_n row n is the state after sequence n's own last step, and in `reverse` each
+/// sequence starts at its own last step from its row of h0 / c0 (shorter sequences join as t decreases).
+/// Note: the packed layout is the op's only layout (padded input is the case batch_sizes = [B] * T), so packing
+/// costs no extra record and no padding compute; the whole batch stays one tape record.
 RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_projection, const Tensor& weight_hh,
                                      const Tensor& bias_hh, const Tensor& h0, const Tensor& c0 = Tensor(),
                                      const Tensor& weight_hr = Tensor(), bool reverse = false,
-                                     bool final_states = true);
+                                     bool final_states = true, const std::vector<std::int64_t>& batch_sizes = {});
 
 /// The number of gates of `kind` (1, 4 or 3).
 std::int64_t recurrent_gate_count(RecurrentKind kind);
