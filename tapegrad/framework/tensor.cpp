@@ -58,7 +58,14 @@ Tensor make_view(const Tensor& x, Shape shape, Shape strides, std::int64_t offse
   impl->dtype = from.dtype;
   impl->is_inference = from.is_inference;
   std::shared_ptr<TensorImpl> root = from.base.lock();
-  impl->base = root ? root : x.impl();
+  if (!root) root = x.impl();
+  impl->base = root;
+  // Until a view op records it (record_op then tracks it), a view of a base that requires grad is untracked.
+  if (root->autograd || root->untracked_view)
+    impl->untracked_view = true;
+  else
+    impl->tracked_base = root;
+  impl->history = root->history;
   impl->set_layout(std::move(shape), std::move(strides), offset);
   return Tensor(impl);
 }
@@ -217,11 +224,15 @@ Tensor Tensor::detach() const {
   impl->autograd = nullptr;
   impl->is_buffer = false;
   impl->base.reset();  // as in PyTorch, writing through a detached handle is allowed
+  impl->tracked_base.reset();
+  impl->untracked_view = false;
+  impl->history = 0;
   return Tensor(impl);
 }
 
 // ---- autograd accessors ----
-bool Tensor::requires_grad() const { return impl_ && impl_->autograd != nullptr; }
+// Note: requires_grad() is defined in ops/inplace.cpp: reading a view whose base's history was rewritten by an
+// in-place op first gives the view a new autograd identity, which records on the tape.
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
   check_defined("requires_grad_");
@@ -243,7 +254,7 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   return *this;
 }
 
-bool Tensor::is_leaf() const { return !impl_ || !impl_->autograd || impl_->autograd->is_leaf; }
+bool Tensor::is_leaf() const { return !requires_grad() || impl_->autograd->is_leaf; }
 
 Tensor Tensor::grad() const {
   if (!requires_grad() || !impl_->autograd->is_leaf) return Tensor();

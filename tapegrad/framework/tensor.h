@@ -122,15 +122,41 @@ class Tensor {
   /// Backpropagates from this tensor. A scalar needs no `gradient`; a non-scalar needs one of its shape.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
 
-  // ---- in-place (bump the version counter; refused on tensors that require grad while grad mode is on) ----
+  // ---- in-place (ops/inplace_ops.cpp) ----
+  // Note: each bumps the version counter. With grad mode on they are recorded as libtorch records them: on a
+  // non-leaf (or a tensor that does not require grad, written with an operand that does, which then requires
+  // grad), and through views, whose base's history is rebased (see docs/views_and_indexing.md). Refused, as in
+  // libtorch, on a leaf that requires grad and on a view of one. Under NoGradGuard anything goes, unrecorded.
   Tensor& zero_();
   Tensor& fill_(double value);
+  /// Copies `source` (broadcast to this shape, converted to this dtype) into this tensor.
   Tensor& copy_(const Tensor& source);
   /// this += alpha * other, with other broadcast to this shape.
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& add_(double value);
+  /// this -= alpha * other, with other broadcast to this shape.
+  Tensor& sub_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(double value);
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double value);
+  /// max(this, 0) in place (floating tensors).
+  Tensor& relu_();
+  /// Limits the values to [min, max] in place; either bound may be absent (use clamp_min_/clamp_max_ for one).
+  Tensor& clamp_(double min, double max);
+  Tensor& clamp_min_(double min);
+  Tensor& clamp_max_(double max);
+  /// Writes `value` where `mask` (broadcast to this shape) is non-zero.
+  Tensor& masked_fill_(const Tensor& mask, double value);
+  Tensor& operator+=(const Tensor& other) { return add_(other); }
+  Tensor& operator+=(double value) { return add_(value); }
+  Tensor& operator-=(const Tensor& other) { return sub_(other); }
+  Tensor& operator-=(double value) { return sub_(value); }
+  Tensor& operator*=(const Tensor& other) { return mul_(other); }
+  Tensor& operator*=(double value) { return mul_(value); }
+  Tensor& operator/=(const Tensor& other) { return div_(other); }
+  Tensor& operator/=(double value) { return div_(value); }
   /// The version counter of the underlying storage (bumped by every in-place op, except on inference tensors).
   std::uint64_t version() const;
 
@@ -165,7 +191,7 @@ class Tensor {
   Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
   Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
   /// x[indices] = values in place (values broadcast to the indexed shape, same dtype); bumps the version.
-  /// Refused while grad mode is on when x or values require grad: index_put() is the differentiable form.
+  /// Recorded like the other in-place ops (differentiable in x's previous values and in `values`).
   Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values);
   Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values);
   Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);

@@ -6,12 +6,28 @@ namespace tapegrad::nn {
 
 // Note: these modules hold no tensors, so clone() is a fresh module with the same options plus the
 // training flag (which clone_into copies).
-Tensor ReLU::forward(const Tensor& input) { return relu(input); }
-std::shared_ptr<Module> ReLU::clone() const { return clone_into(std::make_shared<ReLU>()); }
+// Note: with inplace, forward writes into the caller's tensor through a copy of its handle (same values, same
+// autograd identity), as libtorch's ReLU(inplace=true) does.
+Tensor ReLU::forward(const Tensor& input) {
+  if (!inplace_) return relu(input);
+  Tensor x = input;
+  return relu_(x);
+}
+std::string ReLU::extra_repr() const { return inplace_ ? "inplace=true" : ""; }
+std::shared_ptr<Module> ReLU::clone() const { return clone_into(std::make_shared<ReLU>(inplace_)); }
 
-Tensor LeakyReLU::forward(const Tensor& input) { return leaky_relu(input, negative_slope_); }
-std::string LeakyReLU::extra_repr() const { return fmt::format("negative_slope={}", negative_slope_); }
-std::shared_ptr<Module> LeakyReLU::clone() const { return clone_into(std::make_shared<LeakyReLU>(negative_slope_)); }
+Tensor LeakyReLU::forward(const Tensor& input) {
+  if (!inplace_) return leaky_relu(input, negative_slope_);
+  Tensor x = input;
+  return leaky_relu_(x, negative_slope_);
+}
+std::string LeakyReLU::extra_repr() const {
+  return inplace_ ? fmt::format("negative_slope={}, inplace=true", negative_slope_)
+                  : fmt::format("negative_slope={}", negative_slope_);
+}
+std::shared_ptr<Module> LeakyReLU::clone() const {
+  return clone_into(std::make_shared<LeakyReLU>(negative_slope_, inplace_));
+}
 
 GELU::GELU(std::string_view approximate) : Module("GELU"), approximate_(GeluApproximate::None) {
   if (approximate == "tanh")

@@ -38,6 +38,12 @@ bool should_record(const std::vector<Tensor>& inputs);
 /// (now requiring grad, with grad_fn `op`). `output` must be a tensor this op just created.
 Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward);
 
+/// For in-place ops (ops/inplace.cpp): appends a record whose output is `target`'s new autograd identity,
+/// replacing the one it has; every handle to `target` sees the new history. To differentiate through the
+/// old one, pass among `inputs` a handle holding it (taken before the call). Nothing happens for an integer
+/// target.
+void rebase_history(const char* op, const Tensor& target, const std::vector<Tensor>& inputs, BackwardFn backward);
+
 /// Records only when should_record(inputs); otherwise returns `output` untouched without building the closure.
 template <class MakeBackward>
 Tensor record_if_needed(const char* op, Tensor output, const std::vector<Tensor>& inputs, MakeBackward&& make_backward) {

@@ -224,17 +224,11 @@ bool should_record(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
-  if (inputs.size() > 64) fail("{}: at most 64 differentiable inputs per record", op);
-  for (const Tensor& input : inputs) detail::check_not_inference(input, op, "be used in an op that autograd records");
-  if (!is_floating(output.dtype())) return output;
+namespace {
+// Gives `impl` a fresh non-leaf identity: the output of a new record on this thread's tape.
+void append_record(const char* op, TensorImpl& impl, const std::vector<Tensor>& inputs, BackwardFn backward) {
   Tape& t = tape();
   if (t.records.size() >= t.prune_threshold) prune(t);
-  std::shared_ptr<TensorImpl> impl = output.impl();
-  if (impl->autograd) {  // an op returned an existing tensor: give the result its own identity
-    auto fresh = std::make_shared<TensorImpl>(*impl);
-    impl = fresh;
-  }
   auto meta = std::make_shared<AutogradMeta>();
   meta->is_leaf = false;
   meta->grad_fn = op;
@@ -244,14 +238,44 @@ Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& input
       const AutogradMeta& from = *input.impl()->autograd;
       if (!from.is_leaf && (from.tape_id != t.id || from.crosses_tapes)) meta->crosses_tapes = true;
     }
-  impl->autograd = meta;
+  impl.autograd = meta;
 
   Record record{op, {}, meta, std::move(backward)};
   record.inputs.reserve(inputs.size());
   for (const Tensor& input : inputs)
     record.inputs.push_back(input.defined() && input.requires_grad() ? input.impl()->autograd : nullptr);
   t.records.push_back(std::move(record));
+}
+
+void check_inputs(const char* op, const std::vector<Tensor>& inputs) {
+  if (inputs.size() > 64) fail("{}: at most 64 differentiable inputs per record", op);
+  for (const Tensor& input : inputs) detail::check_not_inference(input, op, "be used in an op that autograd records");
+}
+}  // namespace
+
+Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  check_inputs(op, inputs);
+  if (!is_floating(output.dtype())) return output;
+  std::shared_ptr<TensorImpl> impl = output.impl();
+  if (impl->autograd) {  // an op returned an existing tensor: give the result its own identity
+    auto fresh = std::make_shared<TensorImpl>(*impl);
+    impl = fresh;
+  }
+  append_record(op, *impl, inputs, std::move(backward));
+  // A recorded view's history follows its base's (ops/inplace.cpp): it holds the base and notes its history.
+  if (std::shared_ptr<TensorImpl> root = impl->base.lock()) {
+    impl->untracked_view = false;
+    impl->history = root->history;
+    impl->tracked_base = std::move(root);
+  }
   return Tensor(impl);
+}
+
+void rebase_history(const char* op, const Tensor& target, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  check_inputs(op, inputs);
+  detail::check_not_inference(target, op, "be modified in place by an op that autograd records");
+  if (!is_floating(target.dtype())) return;
+  append_record(op, *target.impl(), inputs, std::move(backward));
 }
 
 SavedTensor::SavedTensor(const Tensor& tensor, const char* op)

@@ -42,10 +42,19 @@ struct TensorImpl {
   std::shared_ptr<AutogradMeta> autograd;  // null: does not require grad
   bool is_buffer = false;                  // module state that is never differentiated
   bool is_inference = false;               // created under InferenceMode: never enters autograd
-  // The tensor a view was taken from (the first non-view in the chain), empty for a non-view. An in-place
-  // op on a view is refused while grad mode is on and the base requires grad, as on the base itself.
-  // Note: weak, so a view does not keep its base's autograd state (and, through it, gradients) alive.
+  // The tensor a view was taken from (the first non-view in the chain), empty for a non-view.
+  // Note: weak, so a view taken under NoGradGuard does not keep its base's autograd state (and, through it,
+  // gradients) alive. A view whose history follows its base's (see ops/inplace.cpp) also holds it strongly in
+  // `tracked_base`: one recorded by a view op, or taken from a base that did not require grad then. Only
+  // `untracked_view`s (taken without recording from a base that required grad) hold it weakly alone; an
+  // in-place op on one is refused while grad mode is on, as PyTorch refuses it.
   std::weak_ptr<TensorImpl> base;
+  std::shared_ptr<TensorImpl> tracked_base;
+  bool untracked_view = false;
+  // Note: a base's `history` counts the in-place ops recorded on it or through its views; a tracked view's is
+  // the base's count when its own autograd identity was made. They differ once the base's history was
+  // rewritten, and reading the view (requires_grad) then gives it a new identity: a view of the new history.
+  std::uint64_t history = 0;
 
   void set_layout(Shape new_shape, Shape new_strides, std::int64_t new_offset);
 };

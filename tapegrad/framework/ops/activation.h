@@ -13,6 +13,9 @@ namespace tapegrad {
 Tensor relu(const Tensor& x);
 /// x for x > 0, negative_slope * x otherwise.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+/// In place, as libtorch's torch::relu_ and torch::leaky_relu_ (recorded: see Tensor's in-place ops).
+Tensor& relu_(Tensor& x);
+Tensor& leaky_relu_(Tensor& x, double negative_slope = 0.01);
 /// 1 / (1 + exp(-x)), computed without overflow for large |x|.
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);

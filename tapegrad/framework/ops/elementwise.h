@@ -42,6 +42,8 @@ Tensor sign(const Tensor& x);
 Tensor erf(const Tensor& x);
 /// Limits values to [min, max]; either bound may be absent. The gradient passes where min <= x <= max.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+/// clamp in place, as libtorch's torch::clamp_ (recorded: see Tensor's in-place ops).
+Tensor& clamp_(Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // ---- operators ----
 inline Tensor operator-(const Tensor& x) { return neg(x); }

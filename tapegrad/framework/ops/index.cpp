@@ -11,6 +11,7 @@
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/strided.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/ops/detail/inplace.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
 
@@ -209,16 +210,6 @@ void check_index_put(const Tensor& x, const Tensor& values, const char* op) {
   if (values.dtype() != x.dtype())
     fail("{}: values are {} but the indexed tensor is {}; convert them with to()", op, dtype_name(values.dtype()),
          dtype_name(x.dtype()));
-  if (!is_grad_enabled()) return;
-  const std::shared_ptr<TensorImpl> base = x.impl()->base.lock();
-  if (x.requires_grad() || (base && base->autograd))
-    fail("{}: tensor of shape {} requires grad (or is a view of one); in-place changes are not recorded, so they "
-         "are only allowed under NoGradGuard. index_put(x, indices, values) is the differentiable form",
-         op, shape_string(x.shape()));
-  if (values.requires_grad())
-    fail("{}: the values (shape {}) require grad, but an in-place write is not recorded; use index_put(x, indices, "
-         "values), which is differentiable",
-         op, shape_string(values.shape()));
 }
 
 void put_in_place(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values, const char* op) {
@@ -324,17 +315,23 @@ Tensor Tensor::index(std::initializer_list<TensorIndex> indices) const { return 
 Tensor Tensor::index(const std::vector<TensorIndex>& indices) const { return tapegrad::index(*this, indices); }
 
 Tensor& Tensor::index_put_(std::initializer_list<TensorIndex> indices, const Tensor& values) {
-  put_in_place(*this, indices, values, "index_put_");
-  return *this;
+  return index_put_(std::vector<TensorIndex>(indices), values);
 }
+// Recorded as the other in-place ops (ops/inplace.cpp), with index_put's backward.
 Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& values) {
-  put_in_place(*this, indices, values, "index_put_");
+  check_defined("index_put_");
+  values.check_defined("index_put_");
+  detail::InPlaceRecord record(*this, "index_put_", {values});
+  put_in_place(*this, indices, values.detach(), "index_put_");
+  record.record([indices, vs = values.shape()](const Tensor& g, NeedsGrad needs) {
+    return std::vector<Tensor>{needs[0] ? tapegrad::index_put(g, indices, scalar_tensor(0.0, g.dtype())) : Tensor(),
+                               needs[1] ? sum_to(tapegrad::index(g, indices), vs) : Tensor()};
+  });
   return *this;
 }
 Tensor& Tensor::index_put_(std::initializer_list<TensorIndex> indices, double value) {
   check_defined("index_put_");
-  put_in_place(*this, indices, scalar_tensor(value, dtype()), "index_put_");
-  return *this;
+  return index_put_(std::vector<TensorIndex>(indices), scalar_tensor(value, dtype()));
 }
 
 }  // namespace tapegrad

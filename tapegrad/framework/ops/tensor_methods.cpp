@@ -1,13 +1,10 @@
 // Tensor's methods that compute: the differentiable conversions (to, clone, reshape), each forward with its
-// backward below it, and the in-place updates, which are never recorded and so are refused while autograd
-// tracks the tensor. Defined here, among the ops, because they use the tape and grad mode; tensor.cpp (the
-// handle itself) sits below both.
+// backward below it (the in-place updates are in ops/inplace_ops.cpp). Defined here, among the ops, because
+// they use the tape and grad mode; tensor.cpp (the handle itself) sits below both.
 #include <cstring>
-#include <type_traits>
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/checked_arithmetic.h>
-#include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/ops/shape_ops.h>
@@ -179,134 +176,6 @@ std::vector<Tensor> Tensor::split(const std::vector<std::int64_t>& split_sizes, 
 std::vector<Tensor> Tensor::chunk(std::int64_t chunks, std::int64_t dim) const { return tapegrad::chunk(*this, chunks, dim); }
 std::vector<Tensor> Tensor::unbind(std::int64_t dim) const { return tapegrad::unbind(*this, dim); }
 
-// ---- in-place ----
-namespace {
-// Note: inference tensors keep no version (nothing can have saved them), as in PyTorch.
-void bump_version(TensorImpl& impl) {
-  if (!impl.is_inference) impl.storage->bump_version();
-}
-
-// Note: in-place ops are never recorded. Writing into a tensor that autograd tracks would silently
-// corrupt gradients, so it is refused while grad mode is on; optimizers and buffer updates run under
-// NoGradGuard, where it is allowed. A view writes into its base, so the same holds when the base requires
-// grad (a view taken under NoGradGuard does not itself require grad).
-void check_in_place(const Tensor& t, const char* op) {
-  t.check_defined(op);
-  if (!is_grad_enabled()) return;
-  if (t.requires_grad())
-    fail("{}: tensor of shape {} requires grad; in-place changes are not recorded, so they are only allowed "
-         "under NoGradGuard",
-         op, shape_string(t.shape()));
-  const std::shared_ptr<TensorImpl> base = t.impl()->base.lock();
-  if (base && base->autograd)
-    fail("{}: tensor of shape {} is a view of a tensor of shape {} that requires grad; in-place changes are "
-         "not recorded, so they are only allowed under NoGradGuard",
-         op, shape_string(t.shape()), shape_string(base->shape));
-}
-
-// True when two elements of the view share one memory location (an expanded dim, stride 0).
-bool overlaps(const TensorImpl& impl) {
-  for (std::size_t d = 0; d < impl.shape.size(); ++d)
-    if (impl.strides[d] == 0 && impl.shape[d] > 1) return true;
-  return false;
-}
-
-// Runs `update(T* values)` over the tensor's elements in row-major order. A contiguous tensor (the
-// common case) is updated where it lies; a strided view through a contiguous copy written back.
-template <class Update>
-void update_in_place(Tensor& self, const char* op, bool allow_overlap, Update update) {
-  TensorImpl& impl = *self.impl();
-  if (impl.contiguous) {
-    detail::dispatch_all(impl.dtype, [&](auto tag) { update(self.data<decltype(tag)>()); });
-  } else {
-    if (!allow_overlap && overlaps(impl))
-      fail("{}: more than one element of the written-to tensor (shape {}, strides {}) refers to a single memory "
-           "location (an expanded view); clone() it before writing in place",
-           op, shape_string(impl.shape), shape_string(impl.strides));
-    Tensor values = detail::contiguous_values(self);
-    detail::dispatch_all(impl.dtype, [&](auto tag) { update(values.data<decltype(tag)>()); });
-    detail::write_strided(self, values);
-  }
-  bump_version(impl);
-}
-
-// `other` broadcast to `self`'s shape and converted to its dtype, contiguous, for reading.
-void check_broadcast(const Tensor& self, const Tensor& other, const char* op) {
-  other.check_defined(op);
-  if (broadcast_shapes(self.shape(), other.shape(), op) != self.shape())
-    fail("{}: shape {} cannot be broadcast to {}", op, shape_string(other.shape()), shape_string(self.shape()));
-}
-}  // namespace
-
-Tensor& Tensor::zero_() { return fill_(0.0); }
-
-Tensor& Tensor::fill_(double value) {
-  check_in_place(*this, "fill_");
-  update_in_place(*this, "fill_", true, [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    const T v = static_cast<T>(value);
-    for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = v;
-  });
-  return *this;
-}
-
-Tensor& Tensor::copy_(const Tensor& source) {
-  check_in_place(*this, "copy_");
-  check_broadcast(*this, source, "copy_");
-  const Tensor converted = detail::contiguous_values(source.detach().to(dtype()));
-  update_in_place(*this, "copy_", false, [&](auto* out) {
-    using T = std::remove_pointer_t<decltype(out)>;
-    detail::broadcast_binary(out, shape(), converted.data<T>(), converted.shape(), out, shape(),
-                             [](T, T s) { return s; });
-  });
-  return *this;
-}
-
-Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  check_in_place(*this, "add_");
-  check_broadcast(*this, other, "add_");
-  if (other.dtype() != dtype())
-    fail("add_: dtype mismatch, {} += {}", dtype_name(dtype()), dtype_name(other.dtype()));
-  const Tensor values = detail::contiguous_values(other);
-  update_in_place(*this, "add_", false, [&](auto* out) {
-    using T = std::remove_pointer_t<decltype(out)>;
-    const T a = static_cast<T>(alpha);
-    detail::broadcast_binary(out, shape(), values.data<T>(), values.shape(), out, shape(),
-                             [a](T x, T y) { return x + a * y; });
-  });
-  return *this;
-}
-
-Tensor& Tensor::add_(double value) {
-  check_in_place(*this, "add_");
-  update_in_place(*this, "add_", false, [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = static_cast<T>(p[i] + value);
-  });
-  return *this;
-}
-
-Tensor& Tensor::mul_(const Tensor& other) {
-  check_in_place(*this, "mul_");
-  check_broadcast(*this, other, "mul_");
-  if (other.dtype() != dtype())
-    fail("mul_: dtype mismatch, {} *= {}", dtype_name(dtype()), dtype_name(other.dtype()));
-  const Tensor values = detail::contiguous_values(other);
-  update_in_place(*this, "mul_", false, [&](auto* out) {
-    using T = std::remove_pointer_t<decltype(out)>;
-    detail::broadcast_binary(out, shape(), values.data<T>(), values.shape(), out, shape(),
-                             [](T x, T y) { return x * y; });
-  });
-  return *this;
-}
-
-Tensor& Tensor::mul_(double value) {
-  check_in_place(*this, "mul_");
-  update_in_place(*this, "mul_", false, [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    for (std::int64_t i = 0, n = numel(); i < n; ++i) p[i] = static_cast<T>(p[i] * value);
-  });
-  return *this;
-}
+// The in-place updates (zero_, fill_, copy_, add_, sub_, mul_, div_, ...) are in ops/inplace_ops.cpp.
 
 }  // namespace tapegrad
