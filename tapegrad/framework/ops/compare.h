@@ -1,7 +1,9 @@
 #pragma once
 /// Comparisons returning masks, and selection by mask (where, masked_fill).
-/// Note: tapegrad has no bool dtype. A mask is a tensor of its inputs' dtype holding 1 and 0; comparisons
-/// never require grad. Ops that take a mask accept any dtype and treat non-zero as true.
+/// Note: tapegrad has no bool dtype (docs/integer_tensors.md says why). A mask is a tensor of its inputs' dtype
+/// holding 1 and 0; comparisons never require grad. Ops that take a mask accept any dtype and treat non-zero
+/// as true. An int64 mask sums to an int64 count (`pred.eq(target).sum().item<std::int64_t>()`), a float mask
+/// to a float one; in an index list an int64 mask is read as indices, so wrap it in indexing::Mask.
 #include <tapegrad/export.h>
 #include <tapegrad/framework/tensor.h>
 
