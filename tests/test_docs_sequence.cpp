@@ -55,6 +55,18 @@ Tensor causal_self_attention(const Tensor& x /* [batch, time, 32] */) {
 }
 // DOC-END
 
+// DOC-BEGIN packing
+// Sentences of 5, 2 and 3 tokens (8 features each), in no particular order, through a bidirectional GRU
+// without padding compute: pack, run, and read each sentence's last states or the padded outputs.
+std::pair<Tensor, Tensor> encode_sentences(nn::GRU& gru, const std::vector<Tensor>& sentences) {
+  nn::PackedSequence packed = nn::pack_sequence(sentences, /*enforce_sorted=*/false);
+  nn::PackedRNNResult r = gru.forward_with_state(packed);    // r.h_n: [2, 3, 16], in the sentences' order
+  auto [padded, lengths] = nn::pad_packed_sequence(r.output);  // [5, 3, 32], zeros past each sentence's end
+  Tensor summary = cat({r.h_n.select(0, 0), r.h_n.select(0, 1)}, 1);  // [3, 32]: forward end, reverse start
+  return {padded, summary};
+}
+// DOC-END packing
+
 TEST_CASE("docs/sequence.md: the LSTM classifier learns its task") {
   CHECK(train_sequence_classifier(150) > 0.9);
 }
@@ -75,4 +87,24 @@ TEST_CASE("docs/sequence.md: causal attention sees only the past") {
 
 TEST_CASE("docs/sequence.md quotes this file's example") {
   tapegrad::testing::check_doc_quotes_snippet("tests/test_docs_sequence.cpp", "docs/sequence.md");
+}
+
+TEST_CASE("docs/sequence.md: a packed batch encodes each sentence as if alone") {
+  manual_seed(2);
+  nn::GRU gru(nn::GRUOptions(8, 16).with_bidirectional(true));
+  const std::vector<Tensor> sentences = {randn({5, 8}), randn({2, 8}), randn({3, 8})};
+  auto [padded, summary] = encode_sentences(gru, sentences);
+  CHECK(padded.shape() == Shape{5, 3, 32});
+  CHECK(summary.shape() == Shape{3, 32});
+  for (std::int64_t b = 0; b < 3; ++b) {
+    const std::int64_t length = sentences[static_cast<std::size_t>(b)].size(0);
+    const nn::RNNResult alone = gru.forward_with_state(sentences[static_cast<std::size_t>(b)].unsqueeze(1));
+    CHECK(tapegrad::testing::allclose(padded.narrow(0, 0, length).narrow(1, b, 1), alone.output, 1e-5, 1e-6));
+    CHECK(tapegrad::testing::allclose(summary.select(0, b), cat({alone.h_n.select(0, 0), alone.h_n.select(0, 1)}, 1).select(0, 0), 1e-5, 1e-6));
+    if (length < 5) CHECK(max(abs(padded.narrow(0, length, 5 - length).narrow(1, b, 1))).item() == 0.0);
+  }
+}
+
+TEST_CASE("docs/sequence.md quotes this file's packing example") {
+  tapegrad::testing::check_doc_quotes_snippet("tests/test_docs_sequence.cpp", "docs/sequence.md", "packing");
 }
