@@ -57,6 +57,7 @@
 #include <tapegrad/layers/linear.h>
 #include <tapegrad/layers/loss.h>
 #include <tapegrad/layers/multihead_attention.h>
+#include <tapegrad/layers/packed_sequence.h>
 #include <tapegrad/layers/pool.h>
 #include <tapegrad/layers/rnn.h>
 #include <tapegrad/layers/rnn_cell.h>
