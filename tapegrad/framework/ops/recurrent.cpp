@@ -11,20 +11,12 @@
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/kernels/vector_math.h>
 #include <tapegrad/framework/ops/detail/recurrent_steps.h>
 
 namespace tapegrad {
 
 namespace detail {
-
-namespace {
-
-template <class S>
-S sigmoid(S x) {
-  return S(1) / (S(1) + std::exp(-x));
-}
-
-}  // namespace
 
 template <class S>
 void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const S* c0, S* h_n, S* c_n) {
@@ -54,11 +46,13 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
       case RecurrentKind::RNNReLU: {
         const bool relu = b.kind == RecurrentKind::RNNReLU;
         parallel_for(rows, threaded, [&](std::int64_t n) {
+          S* h = out + n * P;
           for (std::int64_t j = 0; j < H; ++j) {
             const std::int64_t k = n * GH + j;
             const S pre = x[k] + gh[k] + (b.bias_hh ? b.bias_hh[j] : S(0));
-            out[n * P + j] = relu ? (pre > S(0) ? pre : S(0)) : std::tanh(pre);
+            h[j] = relu ? (pre > S(0) ? pre : S(0)) : pre;
           }
+          if (!relu) kernels::tanh(H, h, h);
         });
         break;
       }
@@ -67,21 +61,12 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
         const S* c_prev = s == 0 ? b.cells : b.cells + (B + b.offset(t_prev)) * H;
         S* c = b.cells + (B + b.offset(t)) * H;
         S* u = b.unprojected ? b.unprojected + b.offset(t) * H : out;
+        S* c_tanh = b.cell_tanh + b.offset(t) * H;
         parallel_for(rows, threaded, [&](std::int64_t n) {
           const S* cp = n < cont || s == 0 ? c_prev + n * H : b.cells + n * H;  // joining rows: c0
-          for (std::int64_t j = 0; j < H; ++j) {
-            S gate[4];
-            for (int q = 0; q < 4; ++q) {
-              const std::int64_t k = n * GH + q * H + j;
-              gate[q] = x[k] + gh[k] + (b.bias_hh ? b.bias_hh[q * H + j] : S(0));
-            }
-            const S i = sigmoid(gate[0]), f = sigmoid(gate[1]), g = std::tanh(gate[2]), o = sigmoid(gate[3]);
-            S* a = act + n * GH + j;
-            a[0] = i, a[H] = f, a[2 * H] = g, a[3 * H] = o;
-            const S cell = f * cp[j] + i * g;
-            c[n * H + j] = cell;
-            u[n * (b.unprojected ? H : P) + j] = o * std::tanh(cell);
-          }
+          // Note: one fused vector loop per row (u's row stride is H either way: P = H without projection).
+          kernels::lstm_cell_forward(H, x + n * GH, gh + n * GH, b.bias_hh, act + n * GH, cp, c + n * H,
+                                     c_tanh + n * H, u + n * H);
         });
         if (b.unprojected) kernels::gemm(false, true, rows, P, H, S(1), u, H, b.weight_hr, H, S(0), out, P);
         break;
@@ -90,15 +75,21 @@ void recurrent_forward(RecurrentBuffers<S>& b, const S* input_projection, const 
         S* act = b.activations + b.offset(t) * GH;
         S* hn = b.hidden_n + b.offset(t) * H;
         parallel_for(rows, threaded, [&](std::int64_t n) {
+          // Per row: r and z's pre-activations, one vector sigmoid; n's, one vector tanh; then the blend.
+          const S* bias = b.bias_hh;
+          S* a = act + n * GH;
+          const S* xr = x + n * GH;
+          const S* gr = gh + n * GH;
+          for (std::int64_t j = 0; j < 2 * H; ++j) a[j] = xr[j] + gr[j] + (bias ? bias[j] : S(0));
+          kernels::sigmoid(2 * H, a, a);
           for (std::int64_t j = 0; j < H; ++j) {
-            const std::int64_t k = n * GH + j;
-            const S* bias = b.bias_hh;
-            const S r = sigmoid(x[k] + gh[k] + (bias ? bias[j] : S(0)));
-            const S z = sigmoid(x[k + H] + gh[k + H] + (bias ? bias[H + j] : S(0)));
-            const S hidden = gh[k + 2 * H] + (bias ? bias[2 * H + j] : S(0));
-            const S cand = std::tanh(x[k + 2 * H] + r * hidden);
-            act[k] = r, act[k + H] = z, act[k + 2 * H] = cand;
+            const S hidden = gr[2 * H + j] + (bias ? bias[2 * H + j] : S(0));
             hn[n * H + j] = hidden;
+            a[2 * H + j] = xr[2 * H + j] + a[j] * hidden;
+          }
+          kernels::tanh(H, a + 2 * H, a + 2 * H);
+          for (std::int64_t j = 0; j < H; ++j) {
+            const S z = a[H + j], cand = a[2 * H + j];
             out[n * P + j] = (S(1) - z) * cand + z * h_prev[n * P + j];
           }
         });
@@ -170,7 +161,7 @@ struct Saved {
   std::int64_t steps, batch, hidden, state;
   bool reverse;
   SavedTensor weight_hh, bias_hh, weight_hr, h0;
-  Tensor output, activations, cells, hidden_n, unprojected;
+  Tensor output, activations, cells, hidden_n, unprojected, cell_tanh;
   // Packed input only (else empty): rows per time step and their offsets.
   std::vector<std::int64_t> batch_sizes, offsets;
 };
@@ -179,7 +170,7 @@ template <class S>
 detail::RecurrentBuffers<S> buffers_of(const Saved& s, const Tensor& weight_hh, const Tensor& bias_hh,
                                        const Tensor& weight_hr, const Tensor& h0) {
   Tensor output = s.output, activations = s.activations, cells = s.cells, hidden_n = s.hidden_n,
-         unprojected = s.unprojected;
+         unprojected = s.unprojected, cell_tanh = s.cell_tanh;
   return {s.kind,
           s.steps,
           s.batch,
@@ -196,6 +187,7 @@ detail::RecurrentBuffers<S> buffers_of(const Saved& s, const Tensor& weight_hh, 
           pointer<S>(cells),
           pointer<S>(hidden_n),
           pointer<S>(unprojected),
+          pointer<S>(cell_tanh),
           s.batch_sizes.empty() ? nullptr : s.batch_sizes.data(),
           s.offsets.empty() ? nullptr : s.offsets.data()};
 }
@@ -248,7 +240,7 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
   else if (c0.defined()) fail("{}: c0 is only for LSTM", op);
 
   const bool lstm = kind == RecurrentKind::LSTM;
-  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   if (packed_input) {
     saved.batch_sizes = batch_sizes;
     for (std::int64_t t = 0, offset = 0; t < T; offset += batch_sizes[static_cast<std::size_t>(t)], ++t)
@@ -259,7 +251,7 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
   const std::int64_t h_n_size = packed_input ? B * P : 0, final_size = h_n_size + (lstm ? B * H : 0);
   Tensor packed = final_size > 0 ? empty({N * P + final_size}, dtype) : empty({T, B, P}, dtype);
   if (kind == RecurrentKind::LSTM || kind == RecurrentKind::GRU) saved.activations = empty({N, GH}, dtype);
-  if (lstm) saved.cells = empty({B + N, H}, dtype);
+  if (lstm) saved.cells = empty({B + N, H}, dtype), saved.cell_tanh = empty({N, H}, dtype);
   if (kind == RecurrentKind::GRU) saved.hidden_n = empty({N, H}, dtype);
   if (weight_hr.defined()) saved.unprojected = empty({N, H}, dtype);
   saved.output = packed.detach();

@@ -7,6 +7,7 @@
 
 #include <tapegrad/framework/kernels/column_sums.h>
 #include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/kernels/vector_math.h>
 #include <tapegrad/framework/ops/detail/recurrent_steps.h>
 
 namespace tapegrad::detail {
@@ -59,20 +60,11 @@ void recurrent_backward(const RecurrentBuffers<S>& b, const S* grad_output, cons
         }
         const S* act = b.activations + b.offset(t) * GH;
         const S* c_prev = s == 0 ? b.cells : b.cells + (B + b.offset(b.time(s - 1))) * H;
-        const S* c = b.cells + (B + b.offset(t)) * H;
+        const S* c_tanh = b.cell_tanh + b.offset(t) * H;  // the forward's tanh(c), not evaluated again
         parallel_for(rows, threaded, [&](std::int64_t n) {
           const S* cp = n < cont ? c_prev + n * H : b.cells + n * H;  // a starting row's c_prev is its c0
-          for (std::int64_t j = 0; j < H; ++j) {
-            const std::int64_t k = n * GH + j, m = n * H + j;
-            const S i = act[k], f = act[k + H], g = act[k + 2 * H], o = act[k + 3 * H];
-            const S tc = std::tanh(c[m]);
-            const S dc = d_cell[m] + du[m] * o * (S(1) - tc * tc);
-            dx[k] = dc * g * i * (S(1) - i);
-            dx[k + H] = dc * cp[j] * f * (S(1) - f);
-            dx[k + 2 * H] = dc * i * (S(1) - g * g);
-            dx[k + 3 * H] = du[m] * tc * o * (S(1) - o);
-            d_cell[m] = dc * f;
-          }
+          kernels::lstm_cell_backward(H, act + n * GH, cp, c_tanh + n * H, du + n * H, d_cell.data() + n * H,
+                                      dx + n * GH);
         });
         break;
       }

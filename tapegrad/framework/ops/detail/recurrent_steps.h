@@ -12,8 +12,8 @@
 namespace tapegrad::detail {
 
 /// A gate pass splits its batch rows across the OpenMP threads from this many elements (B * H) on. Note: each
-/// element costs a few transcendental functions (tens of nanoseconds), so splitting pays far below the plain
-/// elementwise threshold; a 2-layer LSTM(28, 256) at batch 128 spent about 40 % of a training step in them.
+/// element costs a few transcendental functions (a few nanoseconds in kernels/vector_math.h's vector loops; tens
+/// with libm's, which float64 still uses), so splitting pays far below the plain elementwise threshold.
 inline constexpr std::int64_t kGateParallel = std::int64_t{1} << 12;
 
 /// Extents and raw pointers of one layer-direction. Null where the kind or options have no such tensor.
@@ -33,6 +33,7 @@ struct RecurrentBuffers {
   S* cells;        // LSTM [B + N, H]: c0, then every step's c in the time layout of output
   S* hidden_n;     // GRU [N, H]: W_hn h + b_hn
   S* unprojected;  // LSTM with projection [N, H]: o * tanh(c)
+  S* cell_tanh;    // LSTM [N, H]: tanh(c), so that the backward does not evaluate it again
   // Packed sequences: the rows of each time step (descending) and their row offsets, both [T]; null: padded.
   const std::int64_t* batch_sizes = nullptr;
   const std::int64_t* offsets = nullptr;
