@@ -5,8 +5,8 @@
 // `out += residual; relu_(out)` trains to the same weights as the out-of-place block.
 #include <functional>
 
-#include "support/properties.h"
 #include <tapegrad/tapegrad.h>
+#include "support/properties.h"
 
 using namespace tapegrad;
 using namespace tapegrad::indexing;
@@ -30,38 +30,84 @@ Shape broadcast_operand_shape(const Shape& shape) {
 
 // Each in-place op under test, applied to `target` with `operand` (ignored by the unary ones). Values are kept
 // away from the ops' kinks by the generators below (relu_ and leaky_relu_ at 0, clamp_ at its bounds, div_ by 0).
-const char* const kOps[] = {"add_",        "add_ alpha", "sub_",  "mul_",          "div_",         "+= tensor",
-                            "-= tensor",   "*= tensor",  "/= tensor", "+= scalar", "-= scalar",    "*= scalar",
-                            "/= scalar",   "relu_",      "leaky_relu_", "clamp_",  "clamp_min_",   "masked_fill_",
-                            "copy_",       "zero_",      "fill_",    "index_put_ slice", "index_put_ ints"};
+const char* const kOps[] = {"add_",      "add_ alpha",       "sub_",           "mul_",      "div_",
+                            "+= tensor", "-= tensor",        "*= tensor",      "/= tensor", "+= scalar",
+                            "-= scalar", "*= scalar",        "/= scalar",      "relu_",     "leaky_relu_",
+                            "clamp_",    "clamp_min_",       "masked_fill_",   "copy_",     "zero_",
+                            "fill_",     "index_put_ slice", "index_put_ ints"};
 constexpr int kOpCount = static_cast<int>(sizeof(kOps) / sizeof(kOps[0]));
 
 void apply(int op, Tensor target, const Tensor& operand, const Tensor& mask) {
   switch (op) {
-    case 0: target.add_(operand); break;
-    case 1: target.add_(operand, -0.5); break;
-    case 2: target.sub_(operand, 2.0); break;
-    case 3: target.mul_(operand); break;
-    case 4: target.div_(operand); break;
-    case 5: target += operand; break;
-    case 6: target -= operand; break;
-    case 7: target *= operand; break;
-    case 8: target /= operand; break;
-    case 9: target += 1.5; break;
-    case 10: target -= 0.25; break;
-    case 11: target *= -3.0; break;
-    case 12: target /= 4.0; break;
-    case 13: relu_(target); break;
-    case 14: leaky_relu_(target, 0.2); break;
-    case 15: target.clamp_(-0.5, 0.5); break;
-    case 16: target.clamp_min_(0.25); break;
-    case 17: target.masked_fill_(mask, 7.0); break;
-    case 18: target.copy_(operand); break;
-    case 19: target.zero_(); break;
-    case 20: target.fill_(-2.0); break;
-    case 21: target.index_put_({Slice(0, None, 2)}, operand.dim() == 0 ? operand : operand.index({Slice(0, 1)})); break;
+    case 0:
+      target.add_(operand);
+      break;
+    case 1:
+      target.add_(operand, -0.5);
+      break;
+    case 2:
+      target.sub_(operand, 2.0);
+      break;
+    case 3:
+      target.mul_(operand);
+      break;
+    case 4:
+      target.div_(operand);
+      break;
+    case 5:
+      target += operand;
+      break;
+    case 6:
+      target -= operand;
+      break;
+    case 7:
+      target *= operand;
+      break;
+    case 8:
+      target /= operand;
+      break;
+    case 9:
+      target += 1.5;
+      break;
+    case 10:
+      target -= 0.25;
+      break;
+    case 11:
+      target *= -3.0;
+      break;
+    case 12:
+      target /= 4.0;
+      break;
+    case 13:
+      relu_(target);
+      break;
+    case 14:
+      leaky_relu_(target, 0.2);
+      break;
+    case 15:
+      target.clamp_(-0.5, 0.5);
+      break;
+    case 16:
+      target.clamp_min_(0.25);
+      break;
+    case 17:
+      target.masked_fill_(mask, 7.0);
+      break;
+    case 18:
+      target.copy_(operand);
+      break;
+    case 19:
+      target.zero_();
+      break;
+    case 20:
+      target.fill_(-2.0);
+      break;
+    case 21:
+      target.index_put_({Slice(0, None, 2)}, operand.dim() == 0 ? operand : operand.index({Slice(0, 1)}));
+      break;
     default:  // advanced: rows 0 and the last of dim 0
-      target.index_put_({from_vector(std::vector<std::int64_t>{0, target.size(0) - 1}, {2})}, sum(operand)); break;
+      target.index_put_({from_vector(std::vector<std::int64_t>{0, target.size(0) - 1}, {2})}, sum(operand));
+      break;
   }
 }
 
@@ -79,10 +125,14 @@ enum class Through { Direct, Narrow, Select, Transpose };
 
 Tensor view_of(const Tensor& y, Through through) {
   switch (through) {
-    case Through::Direct: return y;
-    case Through::Narrow: return y.narrow(0, 1, y.size(0) - 1);
-    case Through::Select: return y.select(0, 1);
-    default: return y.transpose(0, 1);
+    case Through::Direct:
+      return y;
+    case Through::Narrow:
+      return y.narrow(0, 1, y.size(0) - 1);
+    case Through::Select:
+      return y.select(0, 1);
+    default:
+      return y.transpose(0, 1);
   }
 }
 
@@ -171,13 +221,33 @@ TEST_CASE("views taken before an in-place op on the base see the new history") {
   CHECK(column.to_vector() == std::vector<double>{6, 12});
 }
 
+TEST_CASE("several in-place ops through overlapping views give PyTorch's gradients") {
+  // PyTorch 1.13: y = x * 2; col = y.t()[1]; row = y[1]; col.mul_(c); row.clamp_(-5, 9); y[0, 2] = 0.5;
+  // loss = (y * y).sum() + (col * [1, 2]).sum() + row.sum() -> 332.25, x.grad [8, 150, 0, 34, 0, 0], c.grad [100, 0].
+  Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}, f64_grad());
+  Tensor c = tensor({3, -1}, {2}, f64_grad());
+  Tensor y = x * 2.0;
+  Tensor col = y.t().select(0, 1);
+  Tensor row = y.select(0, 1);
+  col.mul_(c);
+  row.clamp_(-5.0, 9.0);
+  y.index_put_({0, 2}, 0.5);
+  Tensor loss = sum(y * y) + sum(col * tensor({1, 2}, {2}, f64())) + sum(row);
+  CHECK(loss.item() == 332.25);
+  loss.backward();
+  CHECK(x.grad().to_vector() == std::vector<double>{8, 150, 0, 34, 0, 0});
+  CHECK(c.grad().to_vector() == std::vector<double>{100, 0});
+}
+
 // ---- what libtorch refuses ----
 
 TEST_CASE("in-place ops refused as libtorch refuses them, with its messages") {
   Tensor w = ones({2, 3}, f64_grad());
-  CHECK_THROWS_WITH(w.add_(1.0), Catch::Contains("add_: tensor of shape [2, 3] requires grad and is a leaf: a leaf "
-                                                 "Variable that requires grad is being used in an in-place operation."));
-  CHECK_THROWS_WITH(w += w, Catch::Contains("a leaf Variable that requires grad is being used in an in-place operation."));
+  CHECK_THROWS_WITH(w.add_(1.0),
+                    Catch::Contains("add_: tensor of shape [2, 3] requires grad and is a leaf: a leaf "
+                                    "Variable that requires grad is being used in an in-place operation."));
+  CHECK_THROWS_WITH(w += w,
+                    Catch::Contains("a leaf Variable that requires grad is being used in an in-place operation."));
   CHECK_THROWS_WITH(relu_(w), Catch::Contains("relu_: tensor of shape [2, 3] requires grad and is a leaf"));
   CHECK_THROWS_WITH(w.t().zero_(), Catch::Contains("zero_: tensor of shape [3, 2] is a view of a leaf of shape [2, 3] "
                                                    "that requires grad: a view of a leaf Variable that requires grad "
@@ -255,8 +325,11 @@ struct Block {
 
   Block(bool inplace, Generator& generator) {
     auto conv = [&] {
-      return std::make_shared<nn::Conv2d>(nn::Conv2dOptions{3, 3, 3}.with_padding(1).with_bias(false).with_dtype(
-          DType::Float64).with_generator(generator));
+      return std::make_shared<nn::Conv2d>(nn::Conv2dOptions{3, 3, 3}
+                                              .with_padding(1)
+                                              .with_bias(false)
+                                              .with_dtype(DType::Float64)
+                                              .with_generator(generator));
     };
     conv1 = conv();
     conv2 = conv();

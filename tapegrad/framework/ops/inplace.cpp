@@ -54,7 +54,8 @@ Tensor base_positions(const TensorImpl& base, const TensorImpl& view, const char
   if (base.contiguous) {
     detail::for_each_run(view.shape, view_strides, view.offset - base.offset,
                          [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
-                           for (std::int64_t k = 0; k < inner; ++k) positions[static_cast<std::size_t>(o + k)] = s + k * step;
+                           for (std::int64_t k = 0; k < inner; ++k)
+                             positions[static_cast<std::size_t>(o + k)] = s + k * step;
                          });
   } else {  // a strided base (a detach()ed view): map storage positions back to base elements through a table
     const Shape base_strides = strides_of(base);
@@ -70,16 +71,18 @@ Tensor base_positions(const TensorImpl& base, const TensorImpl& view, const char
                            for (std::int64_t k = 0; k < inner; ++k) {
                              std::int64_t& slot = element_at[static_cast<std::size_t>(s + k * step - low)];
                              if (slot >= 0)
-                               fail("{}: the base (shape {}, strides {}) of the written view has elements sharing "
-                                    "one memory location, so its gradient is not defined; clone() it first",
-                                    op, shape_string(base.shape), shape_string(base_strides));
+                               fail(
+                                   "{}: the base (shape {}, strides {}) of the written view has elements sharing "
+                                   "one memory location, so its gradient is not defined; clone() it first",
+                                   op, shape_string(base.shape), shape_string(base_strides));
                              slot = o + k;
                            }
                          });
     detail::for_each_run(view.shape, view_strides, view.offset,
                          [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
                            for (std::int64_t k = 0; k < inner; ++k)
-                             positions[static_cast<std::size_t>(o + k)] = element_at[static_cast<std::size_t>(s + k * step - low)];
+                             positions[static_cast<std::size_t>(o + k)] =
+                                 element_at[static_cast<std::size_t>(s + k * step - low)];
                          });
   }
   return from_vector(positions, view.shape);
@@ -109,10 +112,11 @@ void rederive_view(const Tensor& view) {
 
 [[noreturn]] void fail_untracked_view(const TensorImpl& impl, const char* op) {
   const std::shared_ptr<TensorImpl> base = impl.base.lock();
-  fail("{}: tensor of shape {} is a view of a tensor of shape {} that requires grad, taken under NoGradGuard: a view "
-       "created in no_grad mode cannot be modified in place with grad mode enabled (PyTorch refuses it too). Take "
-       "the view and write into it both under NoGradGuard (not recorded) or both outside it (recorded)",
-       op, shape_string(impl.shape), base ? shape_string(base->shape) : std::string("(freed)"));
+  fail(
+      "{}: tensor of shape {} is a view of a tensor of shape {} that requires grad, taken under NoGradGuard: a view "
+      "created in no_grad mode cannot be modified in place with grad mode enabled (PyTorch refuses it too). Take "
+      "the view and write into it both under NoGradGuard (not recorded) or both outside it (recorded)",
+      op, shape_string(impl.shape), base ? shape_string(base->shape) : std::string("(freed)"));
 }
 
 }  // namespace
@@ -135,21 +139,24 @@ InPlaceRecord::InPlaceRecord(const Tensor& target, const char* op, std::vector<T
   const bool target_requires_grad = target.requires_grad();  // re-derives a stale view first
   const std::shared_ptr<TensorImpl>& base = impl.tracked_base;
   if (base && base->autograd && base->autograd->is_leaf)
-    fail("{}: tensor of shape {} is a view of a leaf of shape {} that requires grad: a view of a leaf Variable that "
-         "requires grad is being used in an in-place operation. Write under NoGradGuard (as optimizers do), or into "
-         "a clone()",
-         op, shape_string(impl.shape), shape_string(base->shape));
+    fail(
+        "{}: tensor of shape {} is a view of a leaf of shape {} that requires grad: a view of a leaf Variable that "
+        "requires grad is being used in an in-place operation. Write under NoGradGuard (as optimizers do), or into "
+        "a clone()",
+        op, shape_string(impl.shape), shape_string(base->shape));
   if (!base && target_requires_grad && impl.autograd->is_leaf)
-    fail("{}: tensor of shape {} requires grad and is a leaf: a leaf Variable that requires grad is being used in an "
-         "in-place operation. Write under NoGradGuard (as optimizers do), or into a clone()",
-         op, shape_string(impl.shape));
+    fail(
+        "{}: tensor of shape {} requires grad and is a leaf: a leaf Variable that requires grad is being used in an "
+        "in-place operation. Write under NoGradGuard (as optimizers do), or into a clone()",
+        op, shape_string(impl.shape));
   bool operand_requires_grad = false;
   for (const Tensor& operand : operands_) operand_requires_grad |= operand.defined() && operand.requires_grad();
   if ((!target_requires_grad && !operand_requires_grad) || !is_floating(impl.dtype)) return;
   if (impl.is_buffer || (base && base->is_buffer))
-    fail("{}: tensor of shape {} is a module buffer (or a view of one) and an operand requires grad; buffers are "
-         "never differentiated: write under NoGradGuard or detach() the operand",
-         op, shape_string(impl.shape));
+    fail(
+        "{}: tensor of shape {} is a module buffer (or a view of one) and an operand requires grad; buffers are "
+        "never differentiated: write under NoGradGuard or detach() the operand",
+        op, shape_string(impl.shape));
   check_not_inference(target, op, "be modified in place by an op that autograd records");
   active_ = true;
   // A handle carrying the previous identity (of the base, for a view): input 0 of the record.
@@ -178,9 +185,9 @@ void InPlaceRecord::record(BackwardFn backward) {
   }
   // CopySlices: the record goes on the base; its backward runs the op's on the view's part of the gradient.
   const Tensor positions = base_positions(*base, impl, op_).reshape({-1});
-  rebase_history("copy_slices", Tensor(base),
-                 inputs, [f = std::move(backward), positions, base_shape = base->shape,
-                          view_shape = impl.shape](const Tensor& g, NeedsGrad needs) {
+  rebase_history("copy_slices", Tensor(base), inputs,
+                 [f = std::move(backward), positions, base_shape = base->shape, view_shape = impl.shape](
+                     const Tensor& g, NeedsGrad needs) {
                    const Tensor flat = g.reshape({-1});
                    std::vector<Tensor> grads = f(index_select(flat, 0, positions).reshape(view_shape), needs);
                    if (needs[0]) {

@@ -34,16 +34,16 @@ bool overlaps(const TensorImpl& impl) {
 
 // Runs `update(T* values)` over the tensor's elements in row-major order. A contiguous tensor (the
 // common case) is updated where it lies; a strided view through a contiguous copy written back.
-template <class Update>
-void update_in_place(Tensor& self, const char* op, bool allow_overlap, Update update) {
+template <class Update> void update_in_place(Tensor& self, const char* op, bool allow_overlap, Update update) {
   TensorImpl& impl = *self.impl();
   if (impl.contiguous) {
     detail::dispatch_all(impl.dtype, [&](auto tag) { update(self.data<decltype(tag)>()); });
   } else {
     if (!allow_overlap && overlaps(impl))
-      fail("{}: more than one element of the written-to tensor (shape {}, strides {}) refers to a single memory "
-           "location (an expanded view); clone() it before writing in place",
-           op, shape_string(impl.shape), shape_string(impl.strides));
+      fail(
+          "{}: more than one element of the written-to tensor (shape {}, strides {}) refers to a single memory "
+          "location (an expanded view); clone() it before writing in place",
+          op, shape_string(impl.shape), shape_string(impl.strides));
     Tensor values = detail::contiguous_values(self);
     detail::dispatch_all(impl.dtype, [&](auto tag) { update(values.data<decltype(tag)>()); });
     detail::write_strided(self, values);
@@ -63,12 +63,12 @@ void check_same_dtype(const Tensor& self, const Tensor& other, const char* op, c
 }
 
 void check_floating(const Tensor& self, const char* op) {
-  if (!is_floating(self.dtype())) fail("{}: expected a float32 or float64 tensor, got {}", op, dtype_name(self.dtype()));
+  if (!is_floating(self.dtype()))
+    fail("{}: expected a float32 or float64 tensor, got {}", op, dtype_name(self.dtype()));
 }
 
 // self = combine(self, other) elementwise, other broadcast to self's shape (same dtype).
-template <class Combine>
-void binary_in_place(Tensor& self, const Tensor& other, const char* op, Combine combine) {
+template <class Combine> void binary_in_place(Tensor& self, const Tensor& other, const char* op, Combine combine) {
   const Tensor values = detail::contiguous_values(other);
   update_in_place(self, op, false, [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
@@ -78,8 +78,7 @@ void binary_in_place(Tensor& self, const Tensor& other, const char* op, Combine 
 }
 
 // self = map(self) elementwise.
-template <class Map>
-void unary_in_place(Tensor& self, const char* op, Map map) {
+template <class Map> void unary_in_place(Tensor& self, const char* op, Map map) {
   update_in_place(self, op, false, [&](auto* p) {
     for (std::int64_t i = 0, n = self.numel(); i < n; ++i) p[i] = map(p[i]);
   });
@@ -98,8 +97,7 @@ Tensor& add_scaled(Tensor& self, const Tensor& other, double alpha, const char* 
 }
 
 // self = map(self) for a scalar op; `backward` maps g to the previous values' gradient.
-template <class Map, class Backward>
-Tensor& scalar_in_place(Tensor& self, const char* op, Map map, Backward backward) {
+template <class Map, class Backward> Tensor& scalar_in_place(Tensor& self, const char* op, Map map, Backward backward) {
   InPlaceRecord record(self, op);
   unary_in_place(self, op, map);
   record.record([backward](const Tensor& g, NeedsGrad) { return Grads{backward(g)}; });
@@ -130,7 +128,8 @@ Tensor& clamp_in_place(Tensor& self, std::optional<double> min, std::optional<do
     if (max && v > *max) v = static_cast<T>(*max);
     return v;
   });
-  record.record([mask](const Tensor& g, NeedsGrad needs) { return Grads{needs[0] ? tapegrad::mul(g, mask) : Tensor()}; });
+  record.record(
+      [mask](const Tensor& g, NeedsGrad needs) { return Grads{needs[0] ? tapegrad::mul(g, mask) : Tensor()}; });
   return self;
 }
 
@@ -177,24 +176,28 @@ Tensor& Tensor::sub_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::add_(double value) {
   check_defined("add_");
-  return scalar_in_place(*this, "add_", [value](auto x) { return static_cast<decltype(x)>(x + value); },
-                         [](const Tensor& g) { return g; });
+  return scalar_in_place(
+      *this, "add_", [value](auto x) { return static_cast<decltype(x)>(x + value); },
+      [](const Tensor& g) { return g; });
 }
 Tensor& Tensor::sub_(double value) {
   check_defined("sub_");
-  return scalar_in_place(*this, "sub_", [value](auto x) { return static_cast<decltype(x)>(x - value); },
-                         [](const Tensor& g) { return g; });
+  return scalar_in_place(
+      *this, "sub_", [value](auto x) { return static_cast<decltype(x)>(x - value); },
+      [](const Tensor& g) { return g; });
 }
 Tensor& Tensor::mul_(double value) {
   check_defined("mul_");
-  return scalar_in_place(*this, "mul_", [value](auto x) { return static_cast<decltype(x)>(x * value); },
-                         [value](const Tensor& g) { return tapegrad::mul(g, value); });
+  return scalar_in_place(
+      *this, "mul_", [value](auto x) { return static_cast<decltype(x)>(x * value); },
+      [value](const Tensor& g) { return tapegrad::mul(g, value); });
 }
 Tensor& Tensor::div_(double value) {
   check_defined("div_");
   check_floating(*this, "div_");
-  return scalar_in_place(*this, "div_", [value](auto x) { return static_cast<decltype(x)>(x / value); },
-                         [value](const Tensor& g) { return tapegrad::div(g, value); });
+  return scalar_in_place(
+      *this, "div_", [value](auto x) { return static_cast<decltype(x)>(x / value); },
+      [value](const Tensor& g) { return tapegrad::div(g, value); });
 }
 
 // Note: `other` is saved before the write, so x.mul_(x) (other aliases the target) makes backward throw, as in
@@ -208,7 +211,8 @@ Tensor& Tensor::mul_(const Tensor& other) {
   const Tensor previous = detail::previous_values_if(record, 1, *this);
   binary_in_place(*this, other, "mul_", [](auto x, auto y) { return x * y; });
   record.record([saved_other, previous, shape = other.shape()](const Tensor& g, NeedsGrad needs) {
-    return Grads{needs[0] ? tapegrad::mul(g, saved_other.get()) : Tensor(), needs[1] ? tapegrad::sum_to(tapegrad::mul(g, previous), shape) : Tensor()};
+    return Grads{needs[0] ? tapegrad::mul(g, saved_other.get()) : Tensor(),
+                 needs[1] ? tapegrad::sum_to(tapegrad::mul(g, previous), shape) : Tensor()};
   });
   return *this;
 }
@@ -224,7 +228,10 @@ Tensor& Tensor::div_(const Tensor& other) {
   binary_in_place(*this, other, "div_", [](auto x, auto y) { return x / y; });
   record.record([saved_other, previous, shape = other.shape()](const Tensor& g, NeedsGrad needs) {
     const Tensor& y = saved_other.get();
-    return Grads{needs[0] ? tapegrad::div(g, y) : Tensor(), needs[1] ? tapegrad::sum_to(tapegrad::neg(tapegrad::div(tapegrad::mul(g, previous), tapegrad::mul(y, y))), shape) : Tensor()};
+    return Grads{needs[0] ? tapegrad::div(g, y) : Tensor(),
+                 needs[1] ? tapegrad::sum_to(
+                                tapegrad::neg(tapegrad::div(tapegrad::mul(g, previous), tapegrad::mul(y, y))), shape)
+                          : Tensor()};
   });
   return *this;
 }
@@ -275,9 +282,10 @@ Tensor& leaky_relu_(Tensor& x, double negative_slope) {
   check_floating(x, "leaky_relu_");
   InPlaceRecord record(x, "leaky_relu_");
   if (record.active() && negative_slope < 0)  // the result's sign no longer tells which side x was on
-    fail("leaky_relu_: in place with a negative slope ({}) is not differentiable from the result (PyTorch refuses it "
-         "too); use leaky_relu",
-         negative_slope);
+    fail(
+        "leaky_relu_: in place with a negative slope ({}) is not differentiable from the result (PyTorch refuses it "
+        "too); use leaky_relu",
+        negative_slope);
   unary_in_place(x, "leaky_relu_", [negative_slope](auto v) {
     return v > decltype(v)(0) ? v : static_cast<decltype(v)>(v * negative_slope);
   });
