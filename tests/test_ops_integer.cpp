@@ -80,6 +80,18 @@ TEST_CASE("int64 sums and products wrap around modulo 2^64 as PyTorch's") {
   CHECK(from_vector(std::vector<std::int64_t>{odd, 2}, {2}).sum().item<std::int64_t>() == odd + 2);
 }
 
+TEST_CASE("sum_to and broadcast_to take int64 tensors too") {
+  const Tensor x = arange(12).reshape({2, 3, 2});
+  CHECK(identical(sum_to(x, {3, 1}), from_vector(std::vector<std::int64_t>{14, 22, 30}, {3, 1})));
+  CHECK(identical(sum_to(x, {1, 1, 2}), from_vector(std::vector<std::int64_t>{30, 36}, {1, 1, 2})));
+  CHECK(identical(sum_to(x, {}), scalar_tensor(66.0, DType::Int64)));
+  CHECK(identical(broadcast_to(from_vector(std::vector<std::int64_t>{4, 5}, {2, 1}), {2, 3}),
+                  from_vector(std::vector<std::int64_t>{4, 4, 4, 5, 5, 5}, {2, 3})));
+  CHECK(identical(sum_to(x, {2}), from_vector(std::vector<std::int64_t>{30, 36}, {2})));
+  CHECK_THROWS_WITH(sum_to(x, {3, 2, 2}), "sum_to: shapes [3, 2, 2] and [2, 3, 2] cannot be broadcast (dim 0: 3 vs 2)");
+  CHECK_THROWS_WITH(sum_to(x, {1, 1, 1, 2}), "sum_to: shape [2, 3, 2] cannot be reduced to [1, 1, 1, 2]");
+}
+
 TEST_CASE("empty int64 reductions: sum 0, prod 1, max refused") {
   const Tensor e = zeros({0, 3}, int64());
   CHECK(e.sum().item<std::int64_t>() == 0);

@@ -52,6 +52,14 @@ Tensor sum_to(const Tensor& x_in, const Shape& shape) {
   if (x.shape() == shape) return x;
   if (broadcast_shapes(shape, x.shape(), "sum_to") != x.shape())
     fail("sum_to: shape {} cannot be reduced to {}", shape_string(x.shape()), shape_string(shape));
+  if (x.dtype() == DType::Int64) {
+    // the dims broadcasting added (leading ones, and extents 1 in `shape` against more in x), summed exactly
+    const std::size_t lead = x.shape().size() - shape.size();
+    std::vector<std::int64_t> dims;
+    for (std::size_t d = 0; d < x.shape().size(); ++d)
+      if (d < lead || (shape[d - lead] == 1 && x.shape()[d] != 1)) dims.push_back(static_cast<std::int64_t>(d));
+    return detail::integer_sum(x, dims, /*keepdim=*/true).reshape(shape);
+  }
   Tensor out = zeros(shape, TensorOptions{}.with_dtype(x.dtype()));
   detail::dispatch_floating(x.dtype(), "sum_to", [&](auto tag) {
     using T = decltype(tag);
@@ -118,7 +126,7 @@ Tensor broadcast_to(const Tensor& x_in, const Shape& shape) {
   if (broadcast_shapes(x.shape(), shape, "broadcast_to") != shape)
     fail("broadcast_to: shape {} cannot be broadcast to {}", shape_string(x.shape()), shape_string(shape));
   Tensor out = empty(shape, x.dtype());
-  detail::dispatch_floating(x.dtype(), "broadcast_to", [&](auto tag) {
+  detail::dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     detail::broadcast_binary(x.data<T>(), x.shape(), x.data<T>(), x.shape(), out.data<T>(), shape,
                              [](T v, T) { return v; });
