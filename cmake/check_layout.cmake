@@ -30,6 +30,7 @@ set(levels
   "3  kernels      tapegrad/framework/kernels/"
   "4  ops          tapegrad/framework/ops/"
   "5  module       tapegrad/framework/module"
+  "5  module       tapegrad/framework/module_holder"
   "5  module       tapegrad/framework/init"
   "6  services     tapegrad/framework/data/"
   "6  services     tapegrad/framework/gradcheck/"

@@ -17,6 +17,7 @@
 #include <tapegrad/framework/gradcheck/gradcheck.h>
 #include <tapegrad/framework/init.h>
 #include <tapegrad/framework/module.h>
+#include <tapegrad/framework/module_holder.h>
 #include <tapegrad/framework/ops/activation.h>
 #include <tapegrad/framework/ops/attention.h>
 #include <tapegrad/framework/ops/batch_norm.h>
@@ -52,6 +53,7 @@
 #include <tapegrad/layers/embedding.h>
 #include <tapegrad/layers/flatten.h>
 #include <tapegrad/layers/group_norm.h>
+#include <tapegrad/layers/holders.h>
 #include <tapegrad/layers/instance_norm.h>
 #include <tapegrad/layers/layer_norm.h>
 #include <tapegrad/layers/linear.h>

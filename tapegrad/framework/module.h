@@ -30,6 +30,12 @@ template <class M> consteval void check_forward_signature() {
                 "Sequential and (*module)(x) would not call it. Declare it `Tensor forward(const Tensor& input) "
                 "override` (see docs/layers.md, 'The forward signature').");
 }
+/// A module holder (nn::ModuleHolder, module_holder.h): names its module type and hands out its shared handle.
+template <class H>
+concept ModuleHolderLike = requires(const H& holder) {
+  typename H::ModuleType;
+  { holder.ptr() } -> std::convertible_to<std::shared_ptr<typename H::ModuleType>>;
+};
 }  // namespace tapegrad::detail
 
 namespace tapegrad::nn {
@@ -85,6 +91,15 @@ class Module {
     requires std::derived_from<M, Module> && (!std::is_reference_v<M>)
   std::shared_ptr<M> register_module(const std::string& name, M&& child) {
     return register_module(name, std::make_shared<M>(std::move(child)));
+  }
+
+  /// Registers the module a holder holds (nn::ModuleHolder: `fc = register_module("fc", nn::Linear(3, 4))` with
+  /// nn::holders' names); returns the holder.
+  template <class H>
+    requires tapegrad::detail::ModuleHolderLike<H>
+  H register_module(const std::string& name, H child) {
+    register_module(name, child.ptr());
+    return child;
   }
 
   // ---- traversal (recursive, insertion order, dotted names) ----

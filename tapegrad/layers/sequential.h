@@ -62,6 +62,13 @@ class Sequential : public Module {
   std::shared_ptr<M> push_back(M&& module) {
     return push_back(std::make_shared<M>(std::move(module)));
   }
+  /// Appends the module a holder holds (nn::ModuleHolder, TAPEGRAD_MODULE); returns the holder.
+  template <class H>
+    requires tapegrad::detail::ModuleHolderLike<H>
+  H push_back(H holder) {
+    push_back(holder.ptr());
+    return holder;
+  }
   /// The i-th module; out of range is an error naming the size.
   std::shared_ptr<Module> at(std::size_t index) const;
   std::shared_ptr<Module> operator[](std::size_t index) const { return at(index); }
