@@ -1,7 +1,8 @@
 // Variable-length batches: PackedSequence, pack_padded_sequence / pad_packed_sequence / pack_sequence /
 // pad_sequence, and RNN / LSTM / GRU over packed batches, against PyTorch 1.13's numbers in
 // tests/data/packed_reference.txt (tests/reference/make_packed_reference.py): packed outputs, padded outputs,
-// h_n, c_n and the gradients of the padded input, h0, c0 and every parameter in float64 (1e-10); round trips,
+// h_n, c_n and the gradients of the padded input, h0, c0 and every parameter in float64 (1e-10) and float32
+// (PyTorch's float32 tolerance); round trips,
 // torch's error messages, and a float64 gradcheck property of a packed LSTM layer.
 #include <algorithm>
 #include <functional>
@@ -46,8 +47,8 @@ struct PackedOutputs {
   Tensor h_n, c_n;
 };
 
-void check_case(const std::string& name) {
-  INFO(name);
+void check_case(const std::string& name, DType dtype, double rtol, double atol) {
+  INFO(name << " in " << dtype_name(dtype));
   const std::int64_t kind = integer(name + "/kind"), layers = integer(name + "/num_layers");
   const bool bidirectional = integer(name + "/bidirectional") != 0, batch_first = integer(name + "/batch_first") != 0,
              enforce_sorted = integer(name + "/enforce_sorted") != 0;
@@ -64,10 +65,14 @@ void check_case(const std::string& name) {
   for (const auto& [key, value] : reference())
     if (key.starts_with(prefix)) state.emplace_back(key.substr(prefix.size()), value);
   m->load_state(state);
+  m->to(dtype);
 
-  const Tensor x = at(name + "/input").clone().requires_grad_(true);
-  const Tensor h0 = has(name + "/h0") ? at(name + "/h0").clone().requires_grad_(true) : Tensor();
-  const Tensor c0 = has(name + "/c0") ? at(name + "/c0").clone().requires_grad_(true) : Tensor();
+  const Tensor x = at(name + "/input").to(dtype).clone().requires_grad_(true);
+  const Tensor h0 = has(name + "/h0") ? at(name + "/h0").to(dtype).clone().requires_grad_(true) : Tensor();
+  const Tensor c0 = has(name + "/c0") ? at(name + "/c0").to(dtype).clone().requires_grad_(true) : Tensor();
+  auto close = [&](const Tensor& got, const std::string& key) {
+    return allclose(got.to(DType::Float64), at(key), rtol, atol);
+  };
   const nn::PackedSequence packed =
       nn::pack_padded_sequence(x, integers(at(name + "/lengths")), batch_first, enforce_sorted);
   PackedOutputs out;
@@ -86,24 +91,24 @@ void check_case(const std::string& name) {
   if (has(name + "/sorted_indices"))
     CHECK(integers(out.output.sorted_indices) == integers(at(name + "/sorted_indices")));
   const auto [padded, lengths] = nn::pad_packed_sequence(out.output, batch_first);
-  CHECK(allclose(padded, at(name + "/padded"), 1e-10, 1e-12));
+  CHECK(close(padded, name + "/padded"));
   CHECK(integers(lengths) == integers(at(name + "/padded_lengths")));
-  Tensor loss = zeros({}, f64);
+  Tensor loss = zeros({}, TensorOptions{}.with_dtype(dtype));
   for (const auto& [field, t] : {std::pair{"data", out.output.data}, {"h_n", out.h_n}, {"c_n", out.c_n}}) {
     const std::string key = name + "/" + field;
     CHECK(t.defined() == has(key));
     if (!t.defined()) continue;
-    CHECK(allclose(t, at(key), 1e-10, 1e-12));
-    loss = add(loss, sum(mul(t, at(name + "/w_" + field))));
+    CHECK(close(t, key));
+    loss = add(loss, sum(mul(t, at(name + "/w_" + field).to(dtype))));
   }
   loss.backward();
-  CHECK(allclose(x.grad(), at(name + "/grad_input"), 1e-10, 1e-12));
-  if (h0.defined()) CHECK(allclose(h0.grad(), at(name + "/grad_h0"), 1e-10, 1e-12));
-  if (c0.defined()) CHECK(allclose(c0.grad(), at(name + "/grad_c0"), 1e-10, 1e-12));
+  CHECK(close(x.grad(), name + "/grad_input"));
+  if (h0.defined()) CHECK(close(h0.grad(), name + "/grad_h0"));
+  if (c0.defined()) CHECK(close(c0.grad(), name + "/grad_c0"));
   for (const auto& [pname, p] : m->named_parameters()) {
     INFO(pname);
     REQUIRE(p.grad().defined());
-    CHECK(allclose(p.grad(), at(name + "/grad/" + pname), 1e-10, 1e-12));
+    CHECK(close(p.grad(), name + "/grad/" + pname));
   }
 }
 
@@ -112,7 +117,12 @@ void check_case(const std::string& name) {
 TEST_CASE("packed RNN, LSTM and GRU match PyTorch's outputs, states and gradients in float64") {
   const std::set<std::string> names = cases();
   REQUIRE(names.size() == 64);
-  for (const std::string& name : names) check_case(name);
+  for (const std::string& name : names) check_case(name, DType::Float64, 1e-10, 1e-12);
+}
+
+TEST_CASE("packed RNN, LSTM and GRU match PyTorch within float32 tolerance") {
+  // Note: torch.testing.assert_close's float32 defaults are rtol 1.3e-6, atol 1e-5.
+  for (const std::string& name : cases()) check_case(name, DType::Float32, 1.3e-6, 1e-5);
 }
 
 namespace {
