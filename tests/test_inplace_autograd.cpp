@@ -266,6 +266,20 @@ TEST_CASE("in-place ops refused as libtorch refuses them, with its messages") {
                     Catch::Contains("fill_: tensor of shape [2, 2] is a view of a tensor of shape [2, 3] that requires "
                                     "grad, taken under NoGradGuard: a view created in no_grad mode cannot be modified "
                                     "in place with grad mode enabled"));
+  // Beyond PyTorch's list, tapegrad's own rules hold: an inference tensor or a module buffer cannot enter autograd.
+  Tensor frozen;
+  {
+    InferenceMode inference;
+    frozen = zeros({3}, f64());
+  }
+  frozen.add_(1.0);  // nothing requires grad: allowed, unrecorded
+  CHECK_THROWS_WITH(frozen.add_(tensor({1, 2, 3}, {3}, f64_grad())),
+                    Catch::Contains("add_: an inference tensor (shape [3], created under InferenceMode) cannot be "
+                                    "modified in place by an op that autograd records"));
+  Tensor buffer = zeros({3}, f64());
+  buffer.mark_as_buffer();
+  CHECK_THROWS_WITH(buffer.copy_(tensor({1, 2, 3}, {3}, f64_grad())), Catch::Contains("copy_: tensor of shape [3] is a "
+                                                                                      "module buffer"));
   // Nothing was written by a refused op.
   CHECK(w.to_vector() == std::vector<double>(6, 1.0));
   CHECK(y.to_vector() == std::vector<double>(6, 2.0));
