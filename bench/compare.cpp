@@ -18,6 +18,11 @@
 //   lstm           a 2-layer LSTM(28, 256) over a Fashion-MNIST-shaped sequence ([28 steps, batch, 28 features]),
 //                  Linear(256,10) on the last step's output, cross-entropy, Adam, batch 128
 //   lstm_infer_b1  the same model under NoGradGuard, one sequence (ms_per_step = latency)
+//   transformer    a causal language model over [128 steps, batch 32] tokens of a 96-symbol vocabulary:
+//                  Embedding(96,256) + a learned positional Embedding(128,256), a 4-layer TransformerEncoder
+//                  (d_model 256, 8 heads, feed-forward 1024, ReLU, post-norm, dropout 0.1 everywhere: PyTorch's
+//                  defaults) with the causal additive mask, Linear(256,96) head, cross-entropy over all
+//                  128 x 32 positions, AdamW (lr 1e-3, weight decay 0.01), batch 32 (samples = sequences)
 //   idle           nothing (its max_rss_mb is the process's baseline: the libraries loaded, no work)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
 //   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
@@ -167,6 +172,32 @@ class LSTMClassifier : public nn::Module {
   std::shared_ptr<nn::Linear> head_;
 };
 
+// The transformer workload's model: tokens [T, B] (time-major, as libtorch's TransformerEncoder) -> logits [T, B, 96].
+class CausalLM : public nn::Module {
+ public:
+  CausalLM(std::int64_t vocabulary, std::int64_t length) : Module("CausalLM") {
+    const std::int64_t d_model = 256;
+    embed_ = register_module("embed", std::make_shared<nn::Embedding>(vocabulary, d_model));
+    position_ = register_module("position", std::make_shared<nn::Embedding>(length, d_model));
+    const nn::TransformerEncoderLayer layer(
+        nn::TransformerEncoderLayerOptions(d_model, 8).with_dim_feedforward(1024).with_dropout(0.1));
+    encoder_ = register_module("encoder", std::make_shared<nn::TransformerEncoder>(layer, 4));
+    head_ = register_module("head", std::make_shared<nn::Linear>(d_model, vocabulary));
+    mask_ = nn::generate_square_subsequent_mask(length);
+    positions_ = arange(length).unsqueeze(1);
+  }
+  Tensor forward(const Tensor& tokens) override {
+    const Tensor x = add(embed_->forward(tokens), position_->forward(positions_));
+    return head_->forward(encoder_->forward(x, mask_));
+  }
+
+ private:
+  std::shared_ptr<nn::Embedding> embed_, position_;
+  std::shared_ptr<nn::TransformerEncoder> encoder_;
+  std::shared_ptr<nn::Linear> head_;
+  Tensor mask_, positions_;
+};
+
 // One training step per measured step: zero_grad, forward, cross-entropy, backward, optimizer step.
 void measure_training(const Settings& settings, const std::string& name, nn::Module& model, optim::Optimizer& optimizer,
                       const Tensor& input, const Tensor& labels) {
@@ -219,6 +250,26 @@ void run_lstm(const Settings& settings) {
   loss = Tensor();
   prune_tape();
   measure_training(settings, "lstm", *model, optimizer, input, labels);
+}
+
+void run_transformer(const Settings& settings) {
+  const std::int64_t batch = 32, length = 128, vocabulary = 96;
+  auto model = std::make_shared<CausalLM>(vocabulary, length);
+  optim::AdamW optimizer(model->parameters(), optim::AdamWOptions{});
+  const Tensor tokens = randint(0, vocabulary, {length, batch}), targets = randint(0, vocabulary, {length * batch});
+  auto loss_of = [&] { return cross_entropy(model->forward(tokens).reshape({length * batch, vocabulary}), targets); };
+  // Note: tapegrad only (no libtorch counterpart): the tape records one training forward and its loss leave.
+  prune_tape();
+  const std::size_t records_before = tape_size();
+  Tensor loss = loss_of();
+  std::printf("tape_records_per_step=%zu\n", tape_size() - records_before);
+  loss = Tensor();
+  prune_tape();
+  measure(settings, "transformer", static_cast<double>(batch), [&] {
+    optimizer.zero_grad();
+    loss_of().backward();
+    optimizer.step();
+  });
 }
 
 void run_lstm_infer_b1(const Settings& settings) {
@@ -293,6 +344,7 @@ int main(int argc, char** argv) {
       {"resnet", [&] { run_resnet(settings); }},
       {"lstm", [&] { run_lstm(settings); }},
       {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
+      {"transformer", [&] { run_transformer(settings); }},
       {"idle", [] {}},  // nothing: the process's own resident memory, the baseline for max_rss_mb
   };
   bool ran = false;

@@ -24,7 +24,7 @@ build_dir=$root/build/release
 reps=3
 seconds=3
 thread_counts="1 2"
-workloads="mlp cnn resnet bn_fwd_bwd infer_mlp_b1 infer_mlp_b1024 matmul lstm lstm_infer_b1"
+workloads="mlp cnn resnet bn_fwd_bwd infer_mlp_b1 infer_mlp_b1024 matmul lstm lstm_infer_b1 transformer"
 allocators="system jemalloc"
 openblas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
@@ -147,6 +147,12 @@ awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" 
     # lstm: per step and layer 2 * 4H * (I + H) forward (28 steps; H 256, I 28 then 256) plus the head;
     # training = forward + weight gradient + input gradient without layer 0 input part (28 * 2 * 4H * 28)
     flops["lstm"] = 135347200; flops["lstm_infer_b1"] = 45650944
+    # transformer, per sequence of 128 tokens: per token and layer 2 * (3E^2 + E^2 + 2 E F) projections and
+    # feed-forward plus 2 * 2 * T * E for q kT and the weights times v (E 256, F 1024, T 128; the whole T x T,
+    # as an unmasked attention multiplies: the causal half is not discounted), 4 layers, plus the head 2 * E * 96;
+    # training = 3 x forward (each GEMM's input and weight gradients), embeddings not counted
+    flops["transformer"] = 2636120064
+    target["lstm"] = 1.3; target["lstm_infer_b1"] = 1.2; target["transformer"] = 1.3
     target["mlp"] = 1.05; target["cnn"] = 2.0; target["bn_fwd_bwd"] = 3.0; target["infer_mlp_b1"] = 1.1
     target["infer_mlp_b1024"] = 1.05
   }

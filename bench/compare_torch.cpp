@@ -143,6 +143,33 @@ struct LSTMClassifierImpl : torch::nn::Module {
 };
 TORCH_MODULE(LSTMClassifier);
 
+// The transformer workload's model: tokens [T, B] (time-major, as libtorch's TransformerEncoder) -> logits [T, B, 96].
+// Note: libtorch 1.13's C++ TransformerEncoderLayer has PyTorch's defaults that tapegrad's workload uses
+// (ReLU, post-norm, dropout 0.1, sequence-first), and the same init scheme: xavier_uniform_ in_proj, zero
+// in_proj/out_proj biases, Linear's kaiming_uniform_(a = sqrt(5)), Embedding N(0, 1).
+struct CausalLMImpl : torch::nn::Module {
+  CausalLMImpl(std::int64_t vocabulary, std::int64_t length) {
+    const std::int64_t d_model = 256;
+    embed = register_module("embed", torch::nn::Embedding(vocabulary, d_model));
+    position = register_module("position", torch::nn::Embedding(length, d_model));
+    const torch::nn::TransformerEncoderLayer layer(
+        torch::nn::TransformerEncoderLayerOptions(d_model, 8).dim_feedforward(1024).dropout(0.1));
+    encoder = register_module("encoder", torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(layer, 4)));
+    head = register_module("head", torch::nn::Linear(d_model, vocabulary));
+    mask = torch::nn::TransformerImpl::generate_square_subsequent_mask(length);
+    positions = torch::arange(length, torch::kLong).unsqueeze(1);
+  }
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    const torch::Tensor x = embed->forward(tokens) + position->forward(positions);
+    return head->forward(encoder->forward(x, mask));
+  }
+  torch::nn::Embedding embed{nullptr}, position{nullptr};
+  torch::nn::TransformerEncoder encoder{nullptr};
+  torch::nn::Linear head{nullptr};
+  torch::Tensor mask, positions;
+};
+TORCH_MODULE(CausalLM);
+
 // One training step per measured step: grads set to none, forward, cross-entropy, backward, optimizer step.
 template <class Model>
 void measure_training(const Settings& settings, const std::string& name, Model& model, torch::optim::Optimizer& optimizer,
@@ -185,6 +212,20 @@ void run_lstm(const Settings& settings) {
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
   const torch::Tensor input = torch::randn({steps, batch, 28}), labels = torch::randint(0, 10, {batch}, torch::kLong);
   measure_training(settings, "lstm", model, optimizer, input, labels);
+}
+
+void run_transformer(const Settings& settings) {
+  const std::int64_t batch = 32, length = 128, vocabulary = 96;
+  CausalLM model(vocabulary, length);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3).weight_decay(0.01));
+  const torch::Tensor tokens = torch::randint(0, vocabulary, {length, batch}, torch::kLong),
+                      targets = torch::randint(0, vocabulary, {length * batch}, torch::kLong);
+  measure(settings, "transformer", static_cast<double>(batch), [&] {
+    zero_grad_to_none(optimizer);
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(tokens).reshape({length * batch, vocabulary}), targets);
+    loss.backward();
+    optimizer.step();
+  });
 }
 
 void run_lstm_infer_b1(const Settings& settings) {
@@ -263,6 +304,7 @@ int main(int argc, char** argv) {
       {"resnet", [&] { run_resnet(settings); }},
       {"lstm", [&] { run_lstm(settings); }},
       {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
+      {"transformer", [&] { run_transformer(settings); }},
       {"idle", [] {}},  // nothing: the process's own resident memory, the baseline for max_rss_mb
   };
   bool ran = false;
