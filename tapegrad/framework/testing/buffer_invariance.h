@@ -1,14 +1,18 @@
 #pragma once
-/// check_buffer_invariance: each buffer rule of buffer_rules.h as a named RapidCheck property over random
-/// inputs, and check_buffer_rule, the same check on one input without RapidCheck.
+/// check_buffer_invariance: each rule of buffer_rules.h (buffer rules and value rules) as a named RapidCheck
+/// property over random inputs, and check_buffer_rule, the same check on one input without RapidCheck.
 #include <rapidcheck.h>
 #include <rapidcheck/catch.h>
 
+#include <exception>
 #include <set>
+#include <source_location>
 #include <sstream>
 #include <utility>
 
 #include <tapegrad/framework/testing/buffer_rules.h>
+#include <tapegrad/framework/testing/report.h>
+#include <tapegrad/framework/testing/value_rules.h>
 
 namespace tapegrad::testing {
 
@@ -42,15 +46,6 @@ inline CheckResult check_state_is_parameters_and_buffers(nn::Module& m, const Bu
   return {};
 }
 
-inline CheckResult check_statistics_are_buffers(nn::Module& m, const BufferInvarianceOptions& o) {
-  for (const auto& [name, p] : m.named_parameters())
-    if (listed(name, o.statistics))
-      return broken(BufferRule::StatisticsAreBuffers,
-                    fmt::format("statistic '{}' is registered as a parameter, so an optimizer sees it and it is saved "
-                                "as a parameter (register it with register_buffer)", name));
-  return {};
-}
-
 /// Runs one forward in `training` mode and reports any parameter, or any buffer not in `may_change`, it changed.
 inline CheckResult check_forward_changes(BufferRule rule, nn::Module& m, const Tensor& input, bool training,
                                          const std::vector<std::string>& may_change) {
@@ -68,10 +63,6 @@ inline CheckResult check_forward_changes(BufferRule rule, nn::Module& m, const T
         return broken(rule, fmt::format("buffer '{}' changed in {} forward{} ({})", buffers[i].first, mode,
                                         training ? " but is not declared in statistics" : "", c.message));
   return {};
-}
-
-inline std::vector<bool> modes(const BufferInvarianceOptions& o) {
-  return o.train_mode ? std::vector<bool>{true, false} : std::vector<bool>{false};
 }
 
 inline CheckResult check_no_grad_records_nothing(nn::Module& m, const Tensor& input, const BufferInvarianceOptions& o) {
@@ -101,12 +92,24 @@ inline CheckResult check_forward_records_only_its_graph(nn::Module& m, const Ten
     const Tensor y = m(x);
     const std::size_t recorded = tape_size();
     prune_tape();
-    if (tape_size() != recorded)
-      return broken(BufferRule::ForwardRecordsOnlyItsGraph,
-                    fmt::format("a {} forward recorded {} operations whose results neither the output nor anything "
-                                "else alive uses, so no gradient can reach them (a running statistic computed with "
-                                "grad mode on? update it under NoGradGuard)",
-                                training ? "training" : "eval", recorded - tape_size()));
+    if (tape_size() == recorded) continue;
+    // Note: the tape keeps no op names the kit can read, so the cause is told apart by the buffers: an update
+    // recorded on the tape leaves its buffer requiring grad; a statistic computed with grad on does not.
+    std::string cause;
+    for (const auto& [name, b] : m.named_buffers())
+      if (cause.empty() && b.requires_grad())
+        cause = fmt::format("the update itself is recorded: buffer '{}' {} now requires grad{}; do the update "
+                            "under NoGradGuard", name, shape_string(b.shape()),
+                            b.grad_fn_name().empty() ? "" : " (grad_fn " + b.grad_fn_name() + ")");
+    if (cause.empty())
+      cause = "no buffer requires grad, so the update itself is not recorded: a value computed with grad mode on "
+              "feeds it (a batch statistic such as mean(x) taken before the NoGradGuard?); compute it under the "
+              "guard, or from x.detach()";
+    return broken(BufferRule::ForwardRecordsOnlyItsGraph,
+                  fmt::format("a {} forward on an input of shape {} recorded {} operations whose results neither "
+                              "the output nor anything else alive uses, so no gradient can reach them: {}",
+                              training ? "training" : "eval", shape_string(input.shape()), recorded - tape_size(),
+                              cause));
   }
   return {};
 }
@@ -237,53 +240,87 @@ inline CheckResult check_failed_load_changes_nothing(nn::Module& m) {
 
 }  // namespace internal
 
-/// Checks one rule on a module from `make` and one input, without RapidCheck.
+/// Whether `rule` says anything for these options (a rule that does not is not run as a property).
+inline bool rule_applies(BufferRule rule, const BufferInvarianceOptions& o) {
+  const bool declares = !o.statistics.empty() || static_cast<bool>(o.statistics_of);
+  switch (rule) {
+    case BufferRule::TrainingChangesOnlyStatistics:
+    case BufferRule::StatisticsIgnoreGradMode: return o.train_mode;
+    case BufferRule::StatisticsChangeInTraining: return o.train_mode && declares;
+    case BufferRule::EvalIsPerSample: return o.per_sample_eval.value_or(declares);
+    case BufferRule::MatchesReference: return static_cast<bool>(o.reference);
+    case BufferRule::MomentumIsConvex: return o.train_mode && static_cast<bool>(o.momentum);
+    default: return true;
+  }
+}
+
+/// Checks one rule on a module from `make` and one input, without RapidCheck (ok when the rule does not apply).
+/// Every rule first checks that each declared statistic is a registered buffer: a plain member or a misspelt
+/// name would make every other result meaningless.
 inline CheckResult check_buffer_rule(BufferRule rule, const ModuleFactory& make, const Tensor& input,
                                      const BufferInvarianceOptions& options = {}) {
   using namespace internal;
-  const bool warm = rule != BufferRule::TrainingChangesOnlyStatistics;
-  const std::shared_ptr<nn::Module> m = prepared(make, input, options, warm);
-  switch (rule) {
-    case BufferRule::StateIsParametersAndBuffers: return check_state_is_parameters_and_buffers(*m, options);
-    case BufferRule::StatisticsAreBuffers: return check_statistics_are_buffers(*m, options);
-    case BufferRule::TrainingChangesOnlyStatistics:
-      if (!options.train_mode) return {};
-      return check_forward_changes(rule, *m, input, true, options.statistics);
-    case BufferRule::EvalChangesNothing: return check_forward_changes(rule, *m, input, false, {});
-    case BufferRule::NoGradRecordsNothing: return check_no_grad_records_nothing(*m, input, options);
-    case BufferRule::ForwardRecordsOnlyItsGraph: return check_forward_records_only_its_graph(*m, input, options);
-    case BufferRule::StatisticsIgnoreGradMode:
-      if (!options.train_mode) return {};
-      return check_statistics_ignore_grad_mode(*m, make, input);
-    case BufferRule::BackwardWritesNoBuffer: return check_backward_writes_no_buffer(*m, input, options);
-    case BufferRule::LoadStateRestoresEverything: return check_load_state_restores(*m, make);
-    case BufferRule::SaveLoadReproducesEval: return check_save_load_reproduces_eval(*m, make, input);
-    case BufferRule::FailedLoadChangesNothing: return check_failed_load_changes_nothing(*m);
+  if (!rule_applies(rule, options)) return {};
+  try {
+    const std::shared_ptr<nn::Module> m = prepared(make, input, options, false);
+    if (CheckResult c = check_declared_statistics(*m, options); !c) return c;
+    if (rule != BufferRule::TrainingChangesOnlyStatistics) warm_up(*m, input, options);
+    switch (rule) {
+      case BufferRule::StateIsParametersAndBuffers: return check_state_is_parameters_and_buffers(*m, options);
+      case BufferRule::StatisticsAreBuffers: return {};  // checked above
+      case BufferRule::TrainingChangesOnlyStatistics:
+        return check_forward_changes(rule, *m, input, true, declared(*m, options));
+      case BufferRule::EvalChangesNothing: return check_forward_changes(rule, *m, input, false, {});
+      case BufferRule::NoGradRecordsNothing: return check_no_grad_records_nothing(*m, input, options);
+      case BufferRule::ForwardRecordsOnlyItsGraph: return check_forward_records_only_its_graph(*m, input, options);
+      case BufferRule::StatisticsIgnoreGradMode: return check_statistics_ignore_grad_mode(*m, make, input);
+      case BufferRule::BackwardWritesNoBuffer: return check_backward_writes_no_buffer(*m, input, options);
+      case BufferRule::LoadStateRestoresEverything: return check_load_state_restores(*m, make);
+      case BufferRule::SaveLoadReproducesEval: return check_save_load_reproduces_eval(*m, make, input);
+      case BufferRule::FailedLoadChangesNothing: return check_failed_load_changes_nothing(*m);
+      case BufferRule::StatisticsChangeInTraining: return check_statistics_change(*m, input, options);
+      case BufferRule::EvalIsPerSample: return check_eval_per_sample(*m, input, options);
+      case BufferRule::MatchesReference: return check_reference(*m, input, options);
+      case BufferRule::MomentumIsConvex: return check_momentum(*m, input, options);
+    }
+  } catch (const std::exception& e) {
+    return broken(rule, fmt::format("the check threw on an input of shape {}: {}", shape_string(input.shape()),
+                                    e.what()));
   }
   return {};
 }
 
-/// Properties, one per rule (named by rule_name): modules from `make_module` keep every buffer rule for inputs
-/// drawn from `inputs`. The input must be valid in training mode too (BatchNorm: two values per channel).
+/// Properties, one per rule that applies (named by rule_name): modules from `make_module` keep every rule for
+/// inputs drawn from `inputs`. The input must be valid in training mode too (BatchNorm: two values per channel).
+/// A failure is reported at the caller's line, with the case (input shape, module) and the command replaying it.
 inline void check_buffer_invariance(const ModuleFactory& make_module, const rc::Gen<Tensor>& inputs,
-                                    const BufferInvarianceOptions& options = {}) {
-  for (const BufferRule rule : all_buffer_rules())
-    rc::prop(internal::property_name(options.label, rule_name(rule)), [=] {
+                                    const BufferInvarianceOptions& options = {},
+                                    std::source_location where = std::source_location::current()) {
+  const rc::Gen<Tensor> labelled = inputs.as("input");
+  for (const BufferRule rule : all_buffer_rules()) {
+    if (!rule_applies(rule, options)) continue;
+    internal::property(internal::property_name(options.label, rule_name(rule)), where, [=] {
       // The module is made before the input is drawn, so a factory may draw options the input generator
       // reads; check_buffer_rule then gets that module first and fresh ones after it.
       std::shared_ptr<nn::Module> first = make_module();
-      const Tensor input = *inputs;
+      const std::shared_ptr<nn::Module> described = first;
+      const Tensor input = *labelled;
       const ModuleFactory replay = [first, make_module]() mutable {
         return first ? std::exchange(first, nullptr) : make_module();
       };
-      TAPEGRAD_RC_CHECK(check_buffer_rule(rule, replay, input, options));
+      const CheckResult result = check_buffer_rule(rule, replay, input, options);
+      if (!result.ok)
+        internal::fail_case(fmt::format("{}\n\nthe case: an input of shape {}, the module {}", result.message,
+                            shape_string(input.shape()), described->repr()));
     });
+  }
 }
 
 /// The same, with float64 inputs of shapes drawn from `shapes` and values in [-2, 2].
 inline void check_buffer_invariance(const ModuleFactory& make_module, const rc::Gen<Shape>& shapes,
-                                    const BufferInvarianceOptions& options = {}) {
-  check_buffer_invariance(make_module, inputs_of(shapes), options);
+                                    const BufferInvarianceOptions& options = {},
+                                    std::source_location where = std::source_location::current()) {
+  check_buffer_invariance(make_module, inputs_of(shapes), options, where);
 }
 
 }  // namespace tapegrad::testing

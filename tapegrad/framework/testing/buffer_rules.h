@@ -2,6 +2,8 @@
 /// The buffer rules a module must keep (the ones BatchNorm's design rests on), each checkable on one module
 /// and one input without RapidCheck: check_buffer_rule returns ok or a message naming the rule and the buffer.
 #include <exception>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -34,6 +36,11 @@ enum class BufferRule {
   LoadStateRestoresEverything,
   SaveLoadReproducesEval,
   FailedLoadChangesNothing,
+  // Rules about values (value_rules.h): what a forward computes, not only what it touches.
+  StatisticsChangeInTraining,
+  EvalIsPerSample,
+  MatchesReference,
+  MomentumIsConvex,
 };
 
 /// Every rule, in the order check_buffer_invariance runs them.
@@ -44,7 +51,8 @@ inline const std::vector<BufferRule>& all_buffer_rules() {
       BufferRule::NoGradRecordsNothing, BufferRule::ForwardRecordsOnlyItsGraph,
       BufferRule::StatisticsIgnoreGradMode, BufferRule::BackwardWritesNoBuffer,
       BufferRule::LoadStateRestoresEverything, BufferRule::SaveLoadReproducesEval,
-      BufferRule::FailedLoadChangesNothing};
+      BufferRule::FailedLoadChangesNothing, BufferRule::StatisticsChangeInTraining,
+      BufferRule::EvalIsPerSample, BufferRule::MatchesReference, BufferRule::MomentumIsConvex};
   return rules;
 }
 
@@ -52,7 +60,7 @@ inline const std::vector<BufferRule>& all_buffer_rules() {
 inline const char* rule_name(BufferRule rule) {
   switch (rule) {
     case BufferRule::StateIsParametersAndBuffers: return "parameters and buffers are disjoint and together are state()";
-    case BufferRule::StatisticsAreBuffers: return "declared statistics are buffers, never parameters";
+    case BufferRule::StatisticsAreBuffers: return "declared statistics are registered buffers, never parameters";
     case BufferRule::TrainingChangesOnlyStatistics: return "a training forward changes only the declared statistics";
     case BufferRule::EvalChangesNothing: return "an eval forward changes no buffer and no parameter";
     case BufferRule::NoGradRecordsNothing: return "a forward under NoGradGuard records nothing";
@@ -62,15 +70,49 @@ inline const char* rule_name(BufferRule rule) {
     case BufferRule::LoadStateRestoresEverything: return "load_state restores every parameter and buffer";
     case BufferRule::SaveLoadReproducesEval: return "a save/load round trip reproduces eval outputs bit for bit";
     case BufferRule::FailedLoadChangesNothing: return "a failed load_state leaves the module unchanged";
+    case BufferRule::StatisticsChangeInTraining: return "every declared statistic changes in a training forward";
+    case BufferRule::EvalIsPerSample:
+      return "each sample's eval output is the same in its batch, alone and in a permuted batch";
+    case BufferRule::MatchesReference: return "a forward computes what the reference says, in training and eval";
+    case BufferRule::MomentumIsConvex: return "one training step moves each statistic by momentum * (batch - running)";
   }
   return "unknown rule";
 }
 
+/// What one forward should produce, as the user's reference computes it in plain tensor code.
+struct Expected {
+  /// The forward's output.
+  Tensor output;
+  /// The new value of each buffer the forward changes, by name (matched as in `statistics`); every buffer not
+  /// named here must keep its value.
+  std::map<std::string, Tensor> statistics{};
+};
+
+/// The reference: from the module in its state before the forward (read its parameters and buffers, e.g. with
+/// module.buffer("running_mean"); change nothing), the input and the mode, what the forward should produce.
+using ReferenceFunction = std::function<Expected(const nn::Module& module, const Tensor& input, bool training)>;
+
 /// What check_buffer_invariance needs to know about the module.
 struct BufferInvarianceOptions {
   /// Buffers a training forward may change (running statistics), by name; "running_mean" also matches
-  /// "1.running_mean" in a child. Every other buffer, and every parameter, must keep its value in a forward.
+  /// "1.running_mean" in a child. Every other buffer, and every parameter, must keep its value in a forward;
+  /// each name must match a registered buffer, and each of them must change in a training forward.
   std::vector<std::string> statistics{};
+  /// When the statistics depend on options the factory drew (BatchNorm without track_running_stats has none):
+  /// called with each case's module, its result replaces `statistics` for that case.
+  std::function<std::vector<std::string>(const nn::Module&)> statistics_of{};
+  /// The momentum m of a case's module (nullopt: none), for the rule that one training step moves each
+  /// floating-point statistic (or each of `momentum_statistics`) by exactly m * (batch - running).
+  std::function<std::optional<double>(const nn::Module&)> momentum{};
+  std::vector<std::string> momentum_statistics{};
+  /// What one forward should compute (output and new statistics), checked in training and eval mode.
+  ReferenceFunction reference{};
+  /// Tolerances of the value rules: |actual - expected| <= atol + rtol * |expected|.
+  double rtol = 1e-10;
+  double atol = 1e-12;
+  /// Each sample's eval output (along dimension 0) must not depend on the rest of its batch; unset means on
+  /// when the module declares statistics (a normalisation layer with running statistics).
+  std::optional<bool> per_sample_eval{};
   /// Buffers registered as non-persistent (not part of state() by design), by name as for `statistics`.
   std::vector<std::string> non_persistent{};
   /// False for a module that is only run in eval mode: the rules then skip training-mode forwards.
@@ -85,6 +127,16 @@ inline bool listed(const std::string& name, const std::vector<std::string>& name
   for (const std::string& n : names)
     if (name == n || name.ends_with("." + n)) return true;
   return false;
+}
+
+/// The statistics declared for this module: statistics_of(module) when set, else `statistics`.
+inline std::vector<std::string> declared(const nn::Module& module, const BufferInvarianceOptions& o) {
+  return o.statistics_of ? o.statistics_of(module) : o.statistics;
+}
+
+/// The modes a rule runs forwards in: training then eval, or eval only.
+inline std::vector<bool> modes(const BufferInvarianceOptions& o) {
+  return o.train_mode ? std::vector<bool>{true, false} : std::vector<bool>{false};
 }
 
 inline CheckResult broken(BufferRule rule, const std::string& what) {
@@ -106,17 +158,23 @@ inline std::optional<Change> first_change(const nn::NamedTensors& now, const std
   return std::nullopt;
 }
 
-/// The module under test: made, converted to the input's floating dtype, and (when it trains) run twice in
-/// training mode so its statistics hold something other than their initial values.
+/// Runs the module twice in training mode (when it trains), so its statistics hold something other than their
+/// initial values. A floating input is first moved (x / 2 + 1/4, which keeps positive values positive): a
+/// cumulative average of the checked input itself would already be a fixed point of the next update.
+inline void warm_up(nn::Module& module, const Tensor& input, const BufferInvarianceOptions& options) {
+  if (!options.train_mode) return;
+  NoGradGuard no_grad;
+  module.train();
+  const Tensor other = is_floating(input.dtype()) ? input * 0.5 + 0.25 : input;
+  for (int i = 0; i < 2; ++i) module(other);
+}
+
+/// The module under test: made, converted to the input's floating dtype, and warmed up when `warm`.
 inline std::shared_ptr<nn::Module> prepared(const ModuleFactory& make, const Tensor& input,
                                             const BufferInvarianceOptions& options, bool warm) {
   std::shared_ptr<nn::Module> module = make();
   if (is_floating(input.dtype())) module->to(input.dtype());
-  if (warm && options.train_mode) {
-    NoGradGuard no_grad;
-    module->train();
-    for (int i = 0; i < 2; ++i) (*module)(input);
-  }
+  if (warm) warm_up(*module, input, options);
   return module;
 }
 

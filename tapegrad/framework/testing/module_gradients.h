@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/testing/compare.h>
+#include <tapegrad/framework/testing/report.h>
 
 namespace tapegrad::testing {
 
@@ -149,25 +151,31 @@ inline GradcheckResult module_gradient_check(nn::Module& module, const Tensor& i
 /// Property, per mode: a fresh module from `make_module`, converted to float64, has the right gradients with
 /// respect to its input (drawn from `inputs`) and every parameter that requires grad.
 inline void check_module_gradients(const ModuleFactory& make_module, const rc::Gen<Tensor>& inputs,
-                                   const GradientCheckOptions& options = {}) {
+                                   const GradientCheckOptions& options = {},
+                                   std::source_location where = std::source_location::current()) {
+  const rc::Gen<Tensor> labelled = inputs.as("input");
   for (const bool training : {true, false}) {
     if (training ? !options.train_mode : !options.eval_mode) continue;
     const std::string name = fmt::format("{} mode: gradients with respect to the input and every parameter",
                                          training ? "training" : "eval");
-    rc::prop(internal::property_name(options.label, name), [=] {
+    internal::property(internal::property_name(options.label, name), where, [=] {
       const std::shared_ptr<nn::Module> module = make_module();
       module->to(DType::Float64);
-      const Tensor x = *inputs;
-      const auto seed = *rc::gen::arbitrary<std::uint64_t>();
-      TAPEGRAD_RC_CHECK(module_gradient_check(*module, x, training, options, seed));
+      const Tensor x = *labelled;
+      const auto seed = *rc::gen::arbitrary<std::uint64_t>().as("seed of the random directions");
+      const GradcheckResult result = module_gradient_check(*module, x, training, options, seed);
+      if (!result.ok)
+        internal::fail_case(fmt::format("{}\n\nthe case: an input of shape {}, the module {}", result.message,
+                            shape_string(x.shape()), module->repr()));
     });
   }
 }
 
 /// The same, with float64 inputs of shapes drawn from `shapes` and values in [-2, 2].
 inline void check_module_gradients(const ModuleFactory& make_module, const rc::Gen<Shape>& shapes,
-                                   const GradientCheckOptions& options = {}) {
-  check_module_gradients(make_module, inputs_of(shapes), options);
+                                   const GradientCheckOptions& options = {},
+                                   std::source_location where = std::source_location::current()) {
+  check_module_gradients(make_module, inputs_of(shapes), options, where);
 }
 
 }  // namespace tapegrad::testing
