@@ -101,3 +101,11 @@ TEST_CASE("arange refuses counts beyond 64 bits and non-finite bounds instead of
   CHECK_THROWS_AS(arange(NAN, 1.0), Error);
   CHECK(arange(0.0, 3.0).numel() == 3);
 }
+
+TEST_CASE("size and stride of a 0-d tensor are errors, not out-of-bounds reads") {
+  const Tensor s = scalar_tensor(1.0);
+  CHECK_THROWS_WITH(s.size(0), Catch::Contains("size: dimension specified as 0 but the tensor has no dimensions"));
+  CHECK_THROWS_WITH(s.size(-1), Catch::Contains("no dimensions"));
+  CHECK_THROWS_WITH(s.stride(0), Catch::Contains("stride: dimension specified as 0"));
+  CHECK(sum(s, {0}).dim() == 0);  // reductions still accept dim 0 of a 0-d tensor, as PyTorch
+}

@@ -112,7 +112,16 @@ const Shape& Tensor::shape() const {
   return impl_->shape;
 }
 std::int64_t Tensor::dim() const { return static_cast<std::int64_t>(shape().size()); }
-std::int64_t Tensor::size(std::int64_t d) const { return shape()[normalize_dim(d, dim(), "size")]; }
+// Note: normalize_dim lets a 0-d tensor take dim 0 or -1 (reductions treat it as [1], as PyTorch); size and
+// stride must not, since a 0-d tensor has no entry to read (PyTorch: "dimension specified as 0 but tensor has
+// no dimensions").
+static void check_has_dims(const Tensor& t, std::int64_t d, const char* op) {
+  if (t.dim() == 0) fail("{}: dimension specified as {} but the tensor has no dimensions (shape [])", op, d);
+}
+std::int64_t Tensor::size(std::int64_t d) const {
+  check_has_dims(*this, d, "size");
+  return shape()[normalize_dim(d, dim(), "size")];
+}
 std::int64_t Tensor::numel() const {
   check_defined("numel");
   return impl_->numel;
@@ -172,7 +181,10 @@ Shape Tensor::strides() const {
   check_defined("strides");
   return impl_->strides.size() == impl_->shape.size() ? impl_->strides : contiguous_strides(impl_->shape);
 }
-std::int64_t Tensor::stride(std::int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+std::int64_t Tensor::stride(std::int64_t d) const {
+  check_has_dims(*this, d, "stride");
+  return strides()[normalize_dim(d, dim(), "stride")];
+}
 std::int64_t Tensor::storage_offset() const {
   check_defined("storage_offset");
   return impl_->offset;
