@@ -1,5 +1,6 @@
 // scaled_dot_product_attention: one record for softmax(q kᵀ · scale + mask) v. The forward runs one
-// (batch, head) block at a time: two GEMMs around a max-shifted row softmax, in one L x S buffer. It saves
+// (batch, head) block at a time on each thread: two GEMMs around a max-shifted row softmax, in one L x S buffer
+// per thread. It saves
 // per row the softmax's shift and log-total, not the weights; the first-order backward recomputes each
 // block's weights from them (flash-attention style) and under create_graph the same rules run as recorded
 // ops, so the gradients are differentiable.
@@ -14,6 +15,7 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/kernels/gemm.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/elementwise.h>
@@ -124,33 +126,83 @@ T finite_shift(T m) {
   return std::isinf(m) ? T(0) : m;
 }
 
+// How many (batch, head) blocks run at once, and on how many threads: the blocks are independent, so they
+// are split across the OpenMP threads (each with its own buffers), in rounds of a few blocks per thread whose
+// dropout bytes are drawn first, in block order, so that the mask is the one a serial walk would draw.
+struct Rounds {
+  int threads = 1;
+  std::int64_t size = 1;
+};
+
+Rounds rounds_for(const Plan& p, bool may_thread) {
+  Rounds r;
+  if (may_thread && p.blocks > 1 && detail::use_threads(p.blocks * p.L * p.S * std::max(p.E, p.Ev), 1 << 18)) {
+    r.threads = omp_get_max_threads();
+    r.size = std::min<std::int64_t>(p.blocks, 4 * static_cast<std::int64_t>(r.threads));
+  }
+  return r;
+}
+
+// Runs block(b, scratch index, keep bytes of b) for every block, round by round.
+template <class Block>
+void for_each_block(const Plan& p, const Rounds& rounds, std::optional<DropStream>& drops,
+                    std::vector<unsigned char>& keep, Block block) {
+  const std::int64_t n = p.L * p.S;
+  for (std::int64_t first = 0; first < p.blocks; first += rounds.size) {
+    const std::int64_t count = std::min(rounds.size, p.blocks - first);
+    if (drops) drops->next(keep.data(), count * n);
+    detail::parallel_for(count, rounds.threads > 1, [&](std::int64_t i) {
+      block(first + i, omp_in_parallel() ? omp_get_thread_num() : 0, drops ? keep.data() + i * n : nullptr);
+    });
+  }
+}
+
+// One past the last entry of a row of scores that takes part (a causal or padding mask excludes a tail of
+// -inf): the exponentials stop there, the rest of the row is 0. A row with no entry taking part is walked
+// whole, so that it comes out NaN as before (see finite_shift).
+template <class T>
+std::int64_t live_end(const T* row, std::int64_t S) {
+  std::int64_t end = S;
+  while (end > 0 && row[end - 1] == -std::numeric_limits<T>::infinity()) --end;
+  return end == 0 ? S : end;
+}
+
 template <class T>
 void forward_kernel(const Plan& p, const T* q, const T* k, const T* v, const T* mask, Generator* generator, T* out,
                     T* row_shift, T* row_log_total) {
-  std::vector<T> w(static_cast<std::size_t>(p.L * p.S));
-  std::vector<unsigned char> keep(p.dropout_p > 0 ? w.size() : 0);
+  const Rounds rounds = rounds_for(p, true);
+  const auto n = static_cast<std::size_t>(p.L * p.S);
+  std::vector<T> buffers(n * static_cast<std::size_t>(rounds.threads));
+  std::vector<unsigned char> keep(p.dropout_p > 0 ? n * static_cast<std::size_t>(rounds.size) : 0);
   std::optional<DropStream> drops;
   if (generator) drops.emplace(*generator, p.dropout_p);
   const T kept = static_cast<T>(kept_scale(p.dropout_p));
-  for (std::int64_t b = 0; b < p.blocks; ++b) {
-    scores(p, b, q, k, mask, w.data());
+  for_each_block(p, rounds, drops, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
+    T* w = buffers.data() + static_cast<std::size_t>(thread) * n;
+    scores(p, b, q, k, mask, w);
     for (std::int64_t r = 0; r < p.L; ++r) {
-      T* row = w.data() + r * p.S;
+      T* row = w + r * p.S;
+      const std::int64_t end = live_end(row, p.S);
       T m = -std::numeric_limits<T>::infinity(), total = 0;
-      for (std::int64_t c = 0; c < p.S; ++c) m = std::max(m, row[c]);
+      for (std::int64_t c = 0; c < end; ++c) m = std::max(m, row[c]);
       m = finite_shift(m);
-      for (std::int64_t c = 0; c < p.S; ++c) total += (row[c] = std::exp(row[c] - m));
-      for (std::int64_t c = 0; c < p.S; ++c) row[c] /= total;
+      for (std::int64_t c = 0; c < end; ++c) total += (row[c] = std::exp(row[c] - m));
+      for (std::int64_t c = 0; c < end; ++c) row[c] /= total;
+      for (std::int64_t c = end; c < p.S; ++c) row[c] = T(0);
       row_shift[b * p.L + r] = m;
       row_log_total[b * p.L + r] = std::log(total);
     }
-    if (drops) {
-      drops->next(keep.data(), static_cast<std::int64_t>(keep.size()));
-      for (std::size_t j = 0; j < w.size(); ++j) w[j] = w[j] * (keep[j] ? kept : T(0));
-    }
-    product(false, false, p.L, p.Ev, p.S, T(1), w.data(), p.S, v + p.v_offset[b], p.Ev, T(0), out + b * p.L * p.Ev,
-            p.Ev);
-  }
+    if (keep_b)
+      for (std::size_t j = 0; j < n; ++j) w[j] = w[j] * (keep_b[j] ? kept : T(0));
+    product(false, false, p.L, p.Ev, p.S, T(1), w, p.S, v + p.v_offset[b], p.Ev, T(0), out + b * p.L * p.Ev, p.Ev);
+  });
+}
+
+// True when no two blocks share an operand block (nothing broadcast), so their gradients can be written at once.
+bool distinct_blocks(const std::vector<std::int64_t>& offsets) {
+  for (std::size_t b = 1; b < offsets.size(); ++b)
+    if (offsets[b] <= offsets[b - 1]) return false;
+  return true;
 }
 
 // First-order backward, block by block, without recording. Per block it holds the weights P (recomputed from
@@ -160,29 +212,36 @@ void forward_kernel(const Plan& p, const T* q, const T* k, const T* v, const T* 
 template <class T>
 void backward_kernel(const Plan& p, const T* q, const T* k, const T* v, const T* mask, const T* g,
                      const T* row_shift, const T* row_log_total, Generator* generator, T* dq, T* dk, T* dv, T* dmask) {
+  const bool disjoint = !dmask && distinct_blocks(p.q_offset) && distinct_blocks(p.k_offset) &&
+                        distinct_blocks(p.v_offset);
+  const Rounds rounds = rounds_for(p, disjoint);
   const auto n = static_cast<std::size_t>(p.L * p.S);
-  std::vector<T> weights(n), work(n);
-  std::vector<unsigned char> keep(p.dropout_p > 0 ? n : 0);
+  std::vector<T> buffers(2 * n * static_cast<std::size_t>(rounds.threads));
+  std::vector<unsigned char> keep(p.dropout_p > 0 ? n * static_cast<std::size_t>(rounds.size) : 0);
   std::optional<DropStream> drops;
   if (generator) drops.emplace(*generator, p.dropout_p);
   const T kept = static_cast<T>(kept_scale(p.dropout_p)), scale = static_cast<T>(p.scale);
-  for (std::int64_t b = 0; b < p.blocks; ++b) {
-    T* w = weights.data();
+  for_each_block(p, rounds, drops, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
+    T* w = buffers.data() + 2 * n * static_cast<std::size_t>(thread);
+    T* work = w + n;
     scores(p, b, q, k, mask, w);
-    for (std::int64_t r = 0; r < p.L; ++r)
-      for (std::int64_t c = 0; c < p.S; ++c)
-        w[r * p.S + c] = std::exp((w[r * p.S + c] - row_shift[b * p.L + r]) - row_log_total[b * p.L + r]);
-    if (drops) drops->next(keep.data(), static_cast<std::int64_t>(n));
-    const auto factor = [&](std::size_t j) { return drops ? (keep[j] ? kept : T(0)) : T(1); };
+    for (std::int64_t r = 0; r < p.L; ++r) {
+      T* row = w + r * p.S;
+      const std::int64_t end = live_end(row, p.S);
+      const T shift = row_shift[b * p.L + r], log_total = row_log_total[b * p.L + r];
+      for (std::int64_t c = 0; c < end; ++c) row[c] = std::exp((row[c] - shift) - log_total);
+      for (std::int64_t c = end; c < p.S; ++c) row[c] = T(0);
+    }
+    const auto factor = [&](std::size_t j) { return keep_b ? (keep_b[j] ? kept : T(0)) : T(1); };
     const T* gb = g + b * p.L * p.Ev;
     if (dv) {
       for (std::size_t j = 0; j < n; ++j) work[j] = w[j] * factor(j);
-      product(true, false, p.S, p.Ev, p.L, T(1), work.data(), p.S, gb, p.Ev, T(1), dv + p.v_offset[b], p.Ev);
+      product(true, false, p.S, p.Ev, p.L, T(1), work, p.S, gb, p.Ev, T(1), dv + p.v_offset[b], p.Ev);
     }
-    if (!dq && !dk && !dmask) continue;
-    product(false, true, p.L, p.S, p.Ev, T(1), gb, p.Ev, v + p.v_offset[b], p.Ev, T(0), work.data(), p.S);
+    if (!dq && !dk && !dmask) return;
+    product(false, true, p.L, p.S, p.Ev, T(1), gb, p.Ev, v + p.v_offset[b], p.Ev, T(0), work, p.S);
     for (std::int64_t r = 0; r < p.L; ++r) {
-      T* d = work.data() + r * p.S;
+      T* d = work + r * p.S;
       const T* pr = w + r * p.S;
       T dot = 0;
       for (std::int64_t c = 0; c < p.S; ++c) dot += (d[c] *= factor(static_cast<std::size_t>(r * p.S + c))) * pr[c];
@@ -193,12 +252,10 @@ void backward_kernel(const Plan& p, const T* q, const T* k, const T* v, const T*
       }
     }
     if (dq)
-      product(false, false, p.L, p.E, p.S, scale, work.data(), p.S, k + p.k_offset[b], p.E, T(1), dq + p.q_offset[b],
-              p.E);
+      product(false, false, p.L, p.E, p.S, scale, work, p.S, k + p.k_offset[b], p.E, T(1), dq + p.q_offset[b], p.E);
     if (dk)
-      product(true, false, p.S, p.E, p.L, scale, work.data(), p.S, q + p.q_offset[b], p.E, T(1), dk + p.k_offset[b],
-              p.E);
-  }
+      product(true, false, p.S, p.E, p.L, scale, work, p.S, q + p.q_offset[b], p.E, T(1), dk + p.k_offset[b], p.E);
+  });
 }
 
 // The dropout factors of every weight, [batch..., L, S] (M = keep / (1 - p)), for the composed backward.
