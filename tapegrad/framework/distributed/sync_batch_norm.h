@@ -22,7 +22,9 @@ struct SyncBatchNormResult {
 
 /// Training-mode BatchNorm over [N, C], [N, C, L] or [N, C, H, W] with statistics over every rank's input
 /// (ranks may hold different N). Differentiable in input, weight and bias (first order; the backward makes one
-/// allreduce of two per-channel sums). Every rank must call it, with the same C and dtype.
+/// allreduce of two per-channel sums). Every rank must call it, with the same C and dtype: a dtype that differs is
+/// an error on every rank, and so is a C that differs while the group's check_shapes() is on (the default;
+/// without it, a differing C is an MPI error). One collective per direction plus, with the check, one each.
 SyncBatchNormResult sync_batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps,
                                           const ProcessGroup& group);
 
@@ -32,6 +34,9 @@ SyncBatchNormResult sync_batch_norm_train(const Tensor& input, const Tensor& wei
 /// gathered in one call and merged in rank order (Chan's parallel variance, numerically safe), and the running
 /// variance is updated with the global unbiased variance, M2 / (global count - 1), which is right when ranks
 /// hold different batch sizes. In eval it is a plain BatchNorm with the running statistics, no communication.
+/// The first training step checks through the group that every rank's layer has the same C; later steps skip
+/// that check's extra collectives (C is the layer's num_features, fixed), so a step makes one collective per
+/// layer in forward and one in backward.
 class SyncBatchNorm : public nn::BatchNormBase {
  public:
   SyncBatchNorm(const nn::BatchNormOptions& options, ProcessGroup group);
@@ -45,6 +50,9 @@ class SyncBatchNorm : public nn::BatchNormBase {
 
  private:
   ProcessGroup group_;
+  // group_ without the per-collective shape check, used once a training step has checked the layouts.
+  ProcessGroup unchecked_group_;
+  bool layouts_checked_ = false;
 };
 
 /// Replaces every BatchNorm1d/BatchNorm2d below `model` by a SyncBatchNorm with the same options, state
