@@ -111,7 +111,7 @@ struct BufferInvarianceOptions {
   double rtol = 1e-10;
   double atol = 1e-12;
   /// Each sample's eval output (along dimension 0) must not depend on the rest of its batch; unset means on
-  /// when the module declares statistics (a normalisation layer with running statistics).
+  /// for each case whose module has a declared floating-point statistic (a layer with running statistics).
   std::optional<bool> per_sample_eval{};
   /// Buffers registered as non-persistent (not part of state() by design), by name as for `statistics`.
   std::vector<std::string> non_persistent{};

@@ -43,14 +43,19 @@ inline std::string replay_command(const std::string& property) {
 }
 
 /// A RapidCheck property as a Catch2 section (as rc::prop does), whose failure is reported at `where` (the
-/// user's call of the check), names the TEST_CASE, and ends with the command that replays it.
+/// user's call of the check), names the TEST_CASE, and ends with the command that replays it. A positive
+/// `max_cases` caps the number of cases (RC_PARAMS' max_success still lowers it).
 template <class Testable>
-void property(const std::string& name, const std::source_location& where, Testable&& testable) {
+void property(const std::string& name, const std::source_location& where, Testable&& testable, int max_cases = 0) {
   SECTION(name) {
     const std::string test = Catch::getResultCapture().getCurrentTestName();
     // Note: the id keys RapidCheck's reproduce entries, so it names the TEST_CASE too (a label is unique only there).
     const rc::detail::TestMetadata metadata{test + " / " + name, name};
-    const auto result = rc::detail::checkTestable(std::forward<Testable>(testable), metadata);
+    rc::detail::TestParams params = rc::detail::configuration().testParams;
+    if (max_cases > 0 && params.maxSuccess > max_cases) params.maxSuccess = max_cases;
+    const auto result = params.maxSuccess == rc::detail::configuration().testParams.maxSuccess
+                            ? rc::detail::checkTestable(std::forward<Testable>(testable), metadata)
+                            : rc::detail::checkTestable(std::forward<Testable>(testable), metadata, params);
     if (result.template is<rc::detail::SuccessResult>()) {
       SUCCEED();
     } else {

@@ -78,6 +78,13 @@ inline Tensor rows(const Tensor& x, const std::vector<std::int64_t>& index) {
 inline CheckResult check_eval_per_sample(nn::Module& m, const Tensor& input, const BufferInvarianceOptions& o) {
   const BufferRule rule = BufferRule::EvalIsPerSample;
   if (input.dim() == 0 || input.shape()[0] == 0) return {};
+  if (!o.per_sample_eval) {
+    // The default: on for a case whose module keeps a floating-point running statistic (a normalisation layer
+    // without one, such as BatchNorm without track_running_stats, normalises by its batch in eval too).
+    bool running = false;
+    for (const auto& [name, b] : m.named_buffers()) running = running || (is_floating(b.dtype()) && listed(name, declared(m, o)));
+    if (!running) return {};
+  }
   const std::int64_t n = input.shape()[0];
   NoGradGuard no_grad;
   m.eval();
