@@ -2,9 +2,7 @@
 /// How the kit's properties fail: RapidCheck's labelled counterexample and the check's message, reported at the
 /// line of the user's test that called the check, naming its TEST_CASE, and ending with the RC_PARAMS value
 /// (and the command) that replays exactly that case.
-#include <rapidcheck.h>
-#include <rapidcheck/detail/Configuration.h>
-#include <rapidcheck/detail/Results.h>
+#include <rapidcheck.h>  // also rc::detail::configuration, TestParams and the result types used below
 #include <catch2/catch.hpp>
 
 #include <source_location>
