@@ -150,7 +150,7 @@ awk -v workloads="$workloads" -v thread_counts="$thread_counts" -v reps="$reps" 
     # transformer, per sequence of 128 tokens: per token and layer 2 * (3E^2 + E^2 + 2 E F) projections and
     # feed-forward plus 2 * 2 * T * E for q kT and the weights times v (E 256, F 1024, T 128; the whole T x T,
     # as an unmasked attention multiplies: the causal half is not discounted), 4 layers, plus the head 2 * E * 96;
-    # training = 3 x forward (each GEMM's input and weight gradients), embeddings not counted
+    # training = 3 x forward (the input and weight gradients of each GEMM), embeddings not counted
     flops["transformer"] = 2636120064
     target["lstm"] = 1.3; target["lstm_infer_b1"] = 1.2; target["transformer"] = 1.3
     target["mlp"] = 1.05; target["cnn"] = 2.0; target["bn_fwd_bwd"] = 3.0; target["infer_mlp_b1"] = 1.1
