@@ -154,3 +154,49 @@ TEST_CASE("on floating tensors the methods are the free functions, gradients inc
   // float32 stays float32 with a double Scalar
   CHECK(ones({2}).mul(0.5).dtype() == DType::Float32);
 }
+
+TEST_CASE("the number operators on int64 tensors are the Scalar methods (PyTorch's promotion)") {
+  const Tensor x = from_vector(std::vector<std::int64_t>{-3, 0, 2, 7}, {4});
+  const auto values = [](const Tensor& t) { return t.to_vector(); };
+  CHECK((x + 1).dtype() == DType::Int64);
+  CHECK(values(x + 1) == std::vector<double>{-2, 1, 3, 8});
+  CHECK(values(1 + x) == values(x + 1));
+  CHECK((x - 2).dtype() == DType::Int64);
+  CHECK(values(10 - x) == std::vector<double>{13, 10, 8, 3});
+  CHECK((10 - x).dtype() == DType::Int64);
+  CHECK((x * 2).dtype() == DType::Int64);
+  CHECK(values(3 * x) == std::vector<double>{-9, 0, 6, 21});
+  CHECK((x * 0.5).dtype() == DType::Float32);
+  CHECK(values(x * 0.5) == std::vector<double>{-1.5, 0, 1, 3.5});
+  CHECK((x / 2).dtype() == DType::Float32);  // true division, as PyTorch
+  CHECK(values(x / 2) == std::vector<double>{-1.5, 0, 1, 3.5});
+  CHECK(values(0.5 - x) == std::vector<double>{3.5, 0.5, -1.5, -6.5});
+  CHECK((0.5 - x).dtype() == DType::Float32);
+  const Tensor nonzero = from_vector(std::vector<std::int64_t>{-2, 1, 4}, {3});
+  CHECK((2 / nonzero).dtype() == DType::Float32);
+  CHECK(values(2 / nonzero) == std::vector<double>{-1, 2, 0.5});
+  CHECK(values(-x) == std::vector<double>{3, 0, -2, -7});
+  CHECK((-x).dtype() == DType::Int64);
+  // Floating tensors: the operators still record the free functions' ops.
+  const Tensor f = ones({2}, TensorOptions{}.with_requires_grad());
+  CHECK((f * 2).grad_fn_name() == mul(f, 2.0).grad_fn_name());
+  CHECK((1 - f).grad_fn_name() == rsub(f, 1.0).grad_fn_name());
+}
+
+TEST_CASE("assigning to a temporary view writes into its base, as libtorch's; a named handle rebinds") {
+  Tensor t = zeros({3, 2}, TensorOptions{}.with_dtype(DType::Float64));
+  t[1] = from_vector(std::vector<double>{4, 5}, {2});
+  t.narrow(0, 2, 1) = 7.0;
+  CHECK(t.to_vector() == std::vector<double>{0, 0, 4, 5, 7, 7});
+  Tensor row = t[0];
+  row = ones({2}, TensorOptions{}.with_dtype(DType::Float64));  // rebinds `row`, t is unchanged
+  CHECK(t.to_vector() == std::vector<double>{0, 0, 4, 5, 7, 7});
+  // Recorded like copy_ through a view: the gradient reaches the source and the base's other rows.
+  const Tensor x = ones({3, 2}, TensorOptions{}.with_dtype(DType::Float64).with_requires_grad());
+  const Tensor source = full({2}, 3.0, TensorOptions{}.with_dtype(DType::Float64).with_requires_grad());
+  Tensor y = x * 2.0;
+  y[0] = source;
+  sum(y * y).backward();
+  CHECK(source.grad().to_vector() == std::vector<double>{6, 6});
+  CHECK(x.grad().to_vector() == std::vector<double>{0, 0, 8, 8, 8, 8});
+}

@@ -63,6 +63,16 @@ class Tensor {
   Tensor() = default;
   /// Wraps an existing implementation (used by factories and ops).
   explicit Tensor(std::shared_ptr<TensorImpl> impl);
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  /// Assigning to a named tensor rebinds the handle (it then aliases `other`), as libtorch's.
+  Tensor& operator=(const Tensor&) & = default;
+  Tensor& operator=(Tensor&&) & noexcept = default;
+  /// Assigning to a temporary writes into it, as libtorch's: `t[0] = row` is `t[0].copy_(row)` and
+  /// `t.narrow(0, 1, 2) = 0.5` is a fill_, both through the view into `t` (recorded by autograd like any in-place
+  /// op). Without these, the assignment would rebind a temporary handle and change nothing.
+  Tensor& operator=(const Tensor& source) && { return copy_(source); }
+  Tensor& operator=(double value) && { return fill_(value); }
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;

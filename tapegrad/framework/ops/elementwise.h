@@ -46,19 +46,26 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 Tensor& clamp_(Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // ---- operators ----
-inline Tensor operator-(const Tensor& x) { return neg(x); }
+// Note: a number operand is a Scalar, which remembers whether it was written as an integer, so that an int64
+// tensor follows PyTorch's promotion through the Scalar methods (`labels + 1` stays int64, `labels * 0.5` is
+// float32, `/` is true division); a floating tensor takes the same functions as before.
+inline Tensor operator-(const Tensor& x) { return x.dtype() == DType::Int64 ? x.mul(Scalar(-1)) : neg(x); }
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-inline Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
-inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-inline Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+inline Tensor operator+(const Tensor& a, Scalar b) { return a.dtype() == DType::Int64 ? a.add(b) : add(a, b.to_double()); }
+inline Tensor operator-(const Tensor& a, Scalar b) { return a.dtype() == DType::Int64 ? a.sub(b) : sub(a, b.to_double()); }
+inline Tensor operator*(const Tensor& a, Scalar b) { return a.dtype() == DType::Int64 ? a.mul(b) : mul(a, b.to_double()); }
+inline Tensor operator/(const Tensor& a, Scalar b) { return a.dtype() == DType::Int64 ? a.div(b) : div(a, b.to_double()); }
+inline Tensor operator+(Scalar a, const Tensor& b) { return b + a; }
+inline Tensor operator-(Scalar a, const Tensor& b) {
+  return b.dtype() == DType::Int64 ? b.mul(Scalar(-1)).add(a) : rsub(b, a.to_double());
+}
+inline Tensor operator*(Scalar a, const Tensor& b) { return b * a; }
+inline Tensor operator/(Scalar a, const Tensor& b) {
+  return rdiv(b.dtype() == DType::Int64 ? b.to(DType::Float32) : b, a.to_double());
+}
 
 }  // namespace tapegrad
 
