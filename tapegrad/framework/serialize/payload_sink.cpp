@@ -31,7 +31,7 @@ bool PayloadSink::flush_buffer() {
     if (file_ && std::fwrite(pbase(), 1, pending, file_) != pending) ok_ = false;
     if (stream_ && !stream_->write(pbase(), static_cast<std::streamsize>(pending))) ok_ = false;
   }
-  setp(buffer_.data(), buffer_.data() + buffer_.size());
+  if (buffer_) setp(buffer_.get(), buffer_.get() + kBufferBytes);  // Count mode has no buffer
   return ok_;
 }
 
