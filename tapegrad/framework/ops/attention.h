@@ -47,8 +47,9 @@ struct AttentionMask {
 /// differentiable in q, k, v and an additive mask, twice differentiable (create_graph).
 /// Note: the record keeps q, k, v and the mask (the inputs, not copies when contiguous), two [..., L] rows of
 /// softmax statistics and, with dropout, a copy of the generator (about 2.5 KB) to replay the mask; never the
-/// [..., L, S] weights. Forward and first-order backward work on one L x S block at a time (one buffer in the
-/// forward, two in the backward, plus L x S bytes of mask with dropout); backward under create_graph runs on
+/// [..., L, S] weights. Forward and first-order backward work on one L x S block at a time per thread (one buffer
+/// in the forward, two in the backward, plus L x S bytes of mask with dropout, for each OpenMP thread that takes
+/// (batch, head) blocks); backward under create_graph runs on
 /// whole [..., L, S] tensors of recorded ops.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionMask& attn_mask = AttentionMask(), double dropout_p = 0.0,
