@@ -13,6 +13,8 @@
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
+#include <tapegrad/layers/batch_norm.h>
+#include <tapegrad/layers/sequential.h>
 
 using namespace tapegrad;
 using distributed::ProcessGroup;
@@ -71,6 +73,22 @@ TEST_CASE("SyncBatchNorm's later steps (one collective per direction) equal Batc
   CHECK(max_difference(bias_share, plain.bias.grad()) <= 1e-3);
   CHECK(max_difference(sync.running_mean, plain.running_mean) <= 1e-5);
   CHECK(max_difference(sync.running_var, plain.running_var) <= 1e-5);
+}
+
+TEST_CASE("convert_sync_batchnorm replaces a BatchNorm3d by a SyncBatchNorm that takes its 5-d input") {
+  const auto world = ProcessGroup::world();
+  Generator generator(3);
+  nn::Sequential model(nn::BatchNorm3d(nn::BatchNormOptions{2}));
+  auto plain = std::make_shared<nn::BatchNorm3d>(nn::BatchNormOptions{2});
+  CHECK(distributed::convert_sync_batchnorm(model, world) == 1);
+  const std::int64_t rows = 2, total = rows * world.world_size();
+  const Tensor x = randn({total, 2, 3, 2, 2}, generator);
+  const Tensor out = model.forward(narrow(x, 0, rows * world.rank(), rows));
+  const Tensor expected = plain->forward(x);
+  CHECK(out.shape() == Shape{rows, 2, 3, 2, 2});
+  CHECK(max_difference(out, narrow(expected, 0, rows * world.rank(), rows)) <= 1e-5);
+  CHECK_THROWS_WITH(model.forward(ones({1, 2, 1, 1, 1, 1})),
+                    Catch::Contains("[N, C, D, H, W], got [1, 2, 1, 1, 1, 1]"));
 }
 
 TEST_CASE("tapegrad's MPI initialization lets Open MPI yield while a rank waits (unless the user chose)") {

@@ -1,10 +1,12 @@
 // The Wengert list. One per thread; records are appended in creation order, which is already a
 // topological order, so backward is one reverse loop over a flat list: no recursion, no sort.
 #include <tapegrad/framework/autograd/tape.h>
+#include <tapegrad/framework/autograd/tape_inspect.h>
 
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <unordered_map>
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
@@ -294,6 +296,25 @@ const Tensor& SavedTensor::get() const {
 std::size_t tape_size() { return tape().records.size(); }
 
 void prune_tape() { prune(tape()); }
+
+std::vector<std::string> autograd::unreachable_record_ops() {
+  // Note: what prune() would drop, without dropping it. prune() releases back to front, and a released record
+  // lets go of its inputs, so a whole dead chain goes; here a record counts as dead when its output has
+  // expired or is held only by records already found dead (plus the reference taken to look at it).
+  std::unordered_map<const AutogradMeta*, long> held_by_dead;
+  std::vector<std::string> names;
+  const auto& records = tape().records;
+  for (auto it = records.rbegin(); it != records.rend(); ++it) {
+    if (it->released) continue;
+    const std::shared_ptr<AutogradMeta> output = it->output.lock();
+    if (output && output.use_count() - 1 > held_by_dead[output.get()]) continue;
+    names.emplace_back(it->op);
+    for (const auto& input : it->inputs)
+      if (input) ++held_by_dead[input.get()];
+  }
+  std::reverse(names.begin(), names.end());
+  return names;
+}
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   autograd::backward({*this}, {gradient}, retain_graph, create_graph);

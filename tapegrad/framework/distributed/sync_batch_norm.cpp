@@ -26,8 +26,10 @@ struct Layout {
 
 Layout check_input(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
   x.check_defined(op);
-  if (x.dim() < 2 || x.dim() > 4)
-    fail("{}: expected input [N, C], [N, C, L] or [N, C, H, W], got {}", op, shape_string(x.shape()));
+  // Note: up to 5 dims, as PyTorch's SyncBatchNorm, so that convert_sync_batchnorm may replace a BatchNorm3d.
+  if (x.dim() < 2 || x.dim() > 5)
+    fail("{}: expected input [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W], got {}", op,
+         shape_string(x.shape()));
   if (!is_floating(x.dtype())) fail("{}: expected a float32 or float64 input, got {}", op, dtype_name(x.dtype()));
   for (const auto& [t, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
     if (!t->defined()) continue;
@@ -262,8 +264,9 @@ SyncBatchNorm::SyncBatchNorm(const nn::BatchNormOptions& options, ProcessGroup g
 }
 
 void SyncBatchNorm::check_rank(const Tensor& input) const {
-  if (input.dim() < 2 || input.dim() > 4)
-    fail("SyncBatchNorm: expected input [N, C], [N, C, L] or [N, C, H, W], got {}", shape_string(input.shape()));
+  if (input.dim() < 2 || input.dim() > 5)
+    fail("SyncBatchNorm: expected input [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W], got {}",
+         shape_string(input.shape()));
 }
 
 Tensor SyncBatchNorm::forward(const Tensor& input) {

@@ -20,9 +20,9 @@ struct SyncBatchNormResult {
   std::int64_t global_count = 0;
 };
 
-/// Training-mode BatchNorm over [N, C], [N, C, L] or [N, C, H, W] with statistics over every rank's input
-/// (ranks may hold different N). Differentiable in input, weight and bias (first order; the backward makes one
-/// allreduce of two per-channel sums). Every rank must call it, with the same C and dtype: a dtype that differs is
+/// Training-mode BatchNorm over [N, C], [N, C, L], [N, C, H, W] or [N, C, D, H, W] with statistics over every
+/// rank's input (ranks may hold different N). Differentiable in input, weight and bias (first order; the backward
+/// makes one allreduce of two per-channel sums). Every rank must call it, with the same C and dtype: a dtype that differs is
 /// an error on every rank, and so is a C that differs while the group's check_shapes() is on (the default;
 /// without it, a differing C is an MPI error). One collective per direction plus, with the check, one each.
 SyncBatchNormResult sync_batch_norm_train(const Tensor& input, const Tensor& weight, const Tensor& bias, double eps,
