@@ -59,7 +59,8 @@ TEST_CASE("a forward that hides Module::forward is detected at compile time", "[
 }
 
 TEST_CASE("a module without a forward of its own names the likely cause when called through the base", "[module]") {
-  nn::Module& bare = *std::make_shared<TwoInputs>();
+  const auto module = std::make_shared<TwoInputs>();
+  nn::Module& bare = *module;
   try {
     bare(ones({2}));
     FAIL("expected an error");

@@ -141,10 +141,11 @@ TEST_CASE("a running statistic updated inside the graph is rejected") {
 }
 
 TEST_CASE("a statistic computed with grad mode on, before the guard, is rejected with that cause") {
+  // The dead records are named: mean(x, {0}) is sum_to, reshape and div on the tape.
   require_rejected(Bug::StatisticBeforeGuard, BufferRule::ForwardRecordsOnlyItsGraph,
                    "operations whose results neither the output nor anything else alive uses, so no gradient can "
-                   "reach them: no buffer requires grad, so the update itself is not recorded: a value computed with "
-                   "grad mode on feeds it");
+                   "reach them (sum_to, reshape, div): no buffer requires grad, so the update itself is not "
+                   "recorded: a value computed with grad mode on feeds it");
 }
 
 TEST_CASE("a backward that writes a buffer is rejected") {

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include <tapegrad/framework/autograd/tape_inspect.h>
 #include <tapegrad/framework/testing/buffer_rules.h>
 #include <tapegrad/framework/testing/report.h>
 #include <tapegrad/framework/testing/value_rules.h>
@@ -90,11 +91,13 @@ inline CheckResult check_forward_records_only_its_graph(nn::Module& m, const Ten
     // Note: pruning first resets the automatic pruning threshold, so nothing is pruned during the forward.
     prune_tape();
     const Tensor y = m(x);
+    std::string dead;  // the unreachable records' op names, oldest first
+    for (const std::string& op : autograd::unreachable_record_ops()) dead += (dead.empty() ? "" : ", ") + op;
     const std::size_t recorded = tape_size();
     prune_tape();
     if (tape_size() == recorded) continue;
-    // Note: the tape keeps no op names the kit can read, so the cause is told apart by the buffers: an update
-    // recorded on the tape leaves its buffer requiring grad; a statistic computed with grad on does not.
+    // Note: the cause is told apart by the buffers: an update recorded on the tape leaves its buffer requiring
+    // grad; a statistic computed with grad on does not. The dead records' op names say which operations.
     std::string cause;
     for (const auto& [name, b] : m.named_buffers())
       if (cause.empty() && b.requires_grad())
@@ -107,9 +110,9 @@ inline CheckResult check_forward_records_only_its_graph(nn::Module& m, const Ten
               "guard, or from x.detach()";
     return broken(BufferRule::ForwardRecordsOnlyItsGraph,
                   fmt::format("a {} forward on an input of shape {} recorded {} operations whose results neither "
-                              "the output nor anything else alive uses, so no gradient can reach them: {}",
+                              "the output nor anything else alive uses, so no gradient can reach them ({}): {}",
                               training ? "training" : "eval", shape_string(input.shape()), recorded - tape_size(),
-                              cause));
+                              dead, cause));
   }
   return {};
 }

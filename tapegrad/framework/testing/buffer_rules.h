@@ -121,6 +121,23 @@ struct BufferInvarianceOptions {
   std::string label{};
 };
 
+/// A statistics_of for models drawn at random that may or may not hold a layer with these statistics (a stack
+/// with or without BatchNorm, BatchNorm with or without running statistics): declares each of `names` that some
+/// buffer of the module has, as itself or as the last part of a dotted name.
+inline std::function<std::vector<std::string>(const nn::Module&)> statistics_present(std::vector<std::string> names) {
+  return [names = std::move(names)](const nn::Module& module) {
+    std::vector<std::string> out;
+    const nn::NamedTensors buffers = module.named_buffers();
+    for (const std::string& name : names)
+      for (const auto& [buffer, tensor] : buffers)
+        if (buffer == name || buffer.ends_with("." + name)) {
+          out.push_back(name);
+          break;
+        }
+    return out;
+  };
+}
+
 namespace internal {
 
 inline bool listed(const std::string& name, const std::vector<std::string>& names) {
