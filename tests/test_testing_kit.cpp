@@ -58,17 +58,6 @@ const nn::BatchNormBase* batch_norm_in(const nn::Module& m) {
   return nullptr;
 }
 
-// Note: BatchNorm without track_running_stats has no running statistics; listing them would be an error.
-std::vector<std::string> present(const nn::Module& m, const std::vector<std::string>& names) {
-  std::vector<std::string> out;
-  for (const std::string& name : names)
-    for (const auto& [buffer, t] : m.named_buffers())
-      if (buffer == name || buffer.ends_with("." + name)) {
-        out.push_back(name);
-        break;
-      }
-  return out;
-}
 
 // BatchNorm's momentum for one step from its current state: cumulative (none) is 1 / (count + 1).
 std::optional<double> batch_norm_momentum(const nn::Module& m) {
@@ -79,12 +68,10 @@ std::optional<double> batch_norm_momentum(const nn::Module& m) {
 }
 
 BufferInvarianceOptions batch_norm_rules(std::vector<std::string> extra = {}) {
-  return {.statistics_of =
-              [extra](const nn::Module& m) {
-                std::vector<std::string> names = present(m, {"running_mean", "running_var", "num_batches_tracked"});
-                for (const std::string& name : present(m, extra)) names.push_back(name);
-                return names;
-              },
+  // Note: BatchNorm without track_running_stats has no running statistics; listing them would be an error.
+  std::vector<std::string> names{"running_mean", "running_var", "num_batches_tracked"};
+  names.insert(names.end(), extra.begin(), extra.end());
+  return {.statistics_of = testing::statistics_present(std::move(names)),
           .momentum = batch_norm_momentum,
           .momentum_statistics = {"running_mean", "running_var"},
           .label = "buffers"};
