@@ -9,12 +9,14 @@ set -euo pipefail
 packages=(build-essential cmake g++ libeigen3-dev libboost-serialization-dev libfmt-dev
           catch2 librapidcheck-dev libbenchmark-dev libcli11-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox
           libopenmpi-dev openmpi-bin libzip-dev zipcmp zipmerge ziptool nlohmann-json3-dev libdnnl-dev
-          python3-torch qemu-user pkg-config libpng-dev libjpeg62-turbo-dev fortunes)
+          python3-torch qemu-user pkg-config libpng-dev libjpeg62-turbo-dev fortunes libonnx-dev iproute2)
 # Note: python3-torch for the PyTorch interop tests (tests/interop), never linked; qemu-user for the
 # portability check (scripts/portability.sh); pkg-config for scripts/check_package.sh. zipcmp, zipmerge and ziptool:
 # libzip-dev's CMake config refers to these programs and fails without them, though the library is all we use.
 # libpng-dev and libjpeg62-turbo-dev decode the image-folder dataset's files (framework/data); fortunes is the
-# text corpus of the char_transformer example (/usr/share/games/fortunes).
+# text corpus of the char_transformer example (/usr/share/games/fortunes). libonnx-dev: ONNX's own protobuf classes,
+# checker and shape inference for the optional ONNX export component (tapegrad::onnx); iproute2: `ip netns` for the
+# emulated-hosts distributed test.
 for arg in "$@"; do
   case "$arg" in
     --with-torch) packages+=(libtorch-dev libopenblas0-openmp libjemalloc2) ;;
