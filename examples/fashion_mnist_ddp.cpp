@@ -2,7 +2,10 @@
 // 1/world of every global batch (DistributedSampler), gradients averaged by DistributedDataParallel, BatchNorm
 // converted to SyncBatchNorm (or --plain-bn: plain BatchNorm with rank 0's buffers broadcast each step).
 // Rank 0 evaluates and saves a checkpoint that `fashion_mnist_cnn --evaluate` loads into a plain model.
+// With --checkpoint-every N (steps) or --checkpoint-seconds S, rank 0 also saves the whole run periodically and
+// a new start resumes from that file, so tools/tapegrad_run can restart a job whose rank died.
 //   mpirun -np 2 --oversubscribe ./fashion_mnist_ddp --epochs 4
+//   tools/tapegrad_run --nproc 2 --max-restarts 3 -- ./fashion_mnist_ddp --checkpoint-every 100
 #include <sched.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 
 #include <tapegrad/framework/data/distributed_sampler.h>
 #include <tapegrad/framework/distributed/data_parallel.h>
+#include <tapegrad/framework/distributed/elastic.h>
 #include <tapegrad/framework/distributed/sync_batch_norm.h>
 
 #include "common/training.h"
@@ -38,9 +42,16 @@ int main(int argc, char** argv) {
     options.batch_size = 128;
     options.lr = 0.1;
     bool plain_batch_norm = false;
+    distributed::PeriodicCheckpointOptions periodic;
     CLI::App app{"Train the BatchNorm CNN on Fashion-MNIST on every rank of an MPI job"};
     examples::add_options(app, options);
     app.add_flag("--plain-bn", plain_batch_norm, "keep plain BatchNorm (buffers broadcast from rank 0) instead of SyncBatchNorm");
+    app.add_option("--checkpoint-every", periodic.every_steps,
+                   "save the whole run every N steps (rank 0) and resume from it at start; 0: never");
+    app.add_option("--checkpoint-seconds", periodic.every_seconds,
+                   "save the whole run every S seconds (rank 0) and resume from it at start; 0: never");
+    app.add_option("--periodic-checkpoint", periodic.path,
+                   "the periodic checkpoint (default: <output-dir>/fashion_mnist_ddp.periodic.ckpt)");
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
@@ -60,6 +71,8 @@ int main(int argc, char** argv) {
                  "launch with `mpirun --bind-to none` (one host, ranks x threads <= cores) or `--map-by slot:PE={}`\n",
                  world.rank(), allowed_cores, options.threads, options.threads);
     examples::apply(options, "fashion_mnist_ddp");
+    if (periodic.path.empty()) periodic.path = options.output_dir + "/fashion_mnist_ddp.periodic.ckpt";
+    const bool periodic_saves = periodic.every_steps > 0 || periodic.every_seconds > 0;
     if (options.batch_size % world.world_size() != 0)
       fail("fashion_mnist_ddp: --batch-size {} is not a multiple of the {} ranks", options.batch_size, world.world_size());
     const std::int64_t per_rank_batch = options.batch_size / world.world_size();
@@ -85,16 +98,32 @@ int main(int argc, char** argv) {
                  world.world_size(), get_num_threads(), per_rank_batch, options.batch_size, steps_per_epoch,
                  plain_batch_norm ? "plain BatchNorm + broadcast_buffers" : "SyncBatchNorm");
 
+    // Note: the run's position, optimizer, schedule and model go into the periodic checkpoint; shuffling and
+    // augmentation follow from (seed, epoch), and Dropout's streams are buffers of the model.
+    distributed::PeriodicCheckpointer checkpointer(world, periodic);
+    checkpointer.track(*model).track(*training.optimizer).track("default", default_generator());
+    if (training.schedule) checkpointer.track(*training.schedule);
+    if (periodic_saves && checkpointer.resume() && leader) {
+      fmt::print("resumed {} at epoch {}, step {} of it ({} steps done), written by {} rank(s)\n", periodic.path,
+                 checkpointer.epoch() + 1, checkpointer.step_in_epoch(), checkpointer.step(),
+                 checkpointer.resumed_world_size());
+      if (checkpointer.resumed_world_size() != world.world_size())
+        fmt::print("note: {} ranks continue a {}-rank run: each global batch holds the same images, but the sums over "
+                   "ranks change order, so the run is close to, not bit-identical with, an uninterrupted one\n",
+                   world.world_size(), checkpointer.resumed_world_size());
+    }
+
     const data::FashionMNIST test_set(data::Split::Test, data_options);
     examples::Score score;
-    for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    for (; checkpointer.epoch() < options.epochs; checkpointer.epoch_done()) {
+      const std::int64_t epoch = checkpointer.epoch() + 1;
       model->train();
       world.barrier();
       const double start = examples::now_seconds();
       double loss_sum = 0;
       std::int64_t steps = 0;
-      for (auto& batch : loader) {
-        if (steps == steps_per_epoch) break;
+      for (auto& batch : checkpointer.remaining_batches(loader)) {
+        if (checkpointer.step_in_epoch() == steps_per_epoch) break;
         training.optimizer->zero_grad();
         const Tensor loss = cross_entropy(ddp.forward(batch.images), batch.labels);
         loss.backward();
@@ -103,7 +132,11 @@ int main(int argc, char** argv) {
         if (training.schedule) training.schedule->step();
         loss_sum += loss.item();
         ++steps;
+        if (checkpointer.step_done() && leader)
+          fmt::print("saved {} at step {} ({:.0f} ms)\n", periodic.path, checkpointer.step(),
+                     checkpointer.last_save_seconds() * 1e3);
       }
+      // An epoch resumed at its end trains no step here (its mean loss is then NaN).
       Tensor mean_loss = scalar_tensor(loss_sum / static_cast<double>(steps), DType::Float64);
       world.allreduce(mean_loss, distributed::ReduceOp::Mean);
       world.barrier();
