@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
+#include <tapegrad/framework/autograd/detail/observed_pass.h>
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
@@ -143,6 +146,29 @@ void check_outputs(const std::vector<Tensor>& outputs, const Tape& t) {
   }
 }
 
+// For an observed pass (backward_observer.h): the records that can run are those whose output a gradient can
+// reach from the outputs, found by the same last-to-first walk as backward itself; each watched leaf's last use
+// is the earliest-recorded of them that takes it as an input.
+void scan_last_uses(const Tape& t, const std::vector<Tensor>& outputs, std::size_t recorded,
+                    autograd::detail::ObservedPass& observed) {
+  std::unordered_set<const AutogradMeta*> reached;
+  for (const Tensor& output : outputs) reached.insert(output.impl()->autograd.get());
+  for (std::size_t i = recorded; i-- > 0;) {
+    const Record& record = t.records[i];
+    if (record.released) continue;
+    const std::shared_ptr<AutogradMeta> out = record.output.lock();
+    if (!out || (!reached.count(out.get()) && !out->grad.defined())) continue;
+    for (const auto& input : record.inputs) {
+      if (!input) continue;
+      if (input->is_leaf)
+        observed.note_use(input.get(), i);
+      else
+        reached.insert(input.get());
+    }
+  }
+  observed.schedule();
+}
+
 void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
                   bool create_graph, Mode mode) {
   if (outputs.empty()) fail("backward: no outputs given");
@@ -175,13 +201,21 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       seed = ones(output.shape(), TensorOptions{}.with_dtype(output.dtype()));
     }
   }
+  // Note: with no observer armed (every non-distributed backward) this costs the one check below, and
+  // `observed` stays empty, one predictable branch per record.
+  const std::size_t recorded = t.records.size();
+  std::optional<autograd::detail::ObservedPass> observed;
+  if (mode == Mode::AccumulateIntoLeaves && autograd::detail::any_observer_armed()) {
+    observed.emplace(autograd::BackwardPass{retain_graph, create_graph}, recorded);
+    scan_last_uses(t, outputs, recorded, *observed);
+  }
   for (std::size_t i = 0; i < outputs.size(); ++i) deposit(*outputs[i].impl()->autograd, seeds[i], mode, create_graph);
+  if (observed) observed->ready_through(recorded);
 
   // Note: releasing a record drops its references to its inputs' metas, but an input produced by an
   // earlier record may still be waiting for its gradient to be consumed; keep those metas alive until
   // the pass ends.
   std::vector<std::shared_ptr<AutogradMeta>> pending;
-  const std::size_t recorded = t.records.size();
   for (std::size_t i = recorded; i-- > 0;) {
     Record& record = t.records[i];
     if (record.released) continue;
@@ -207,7 +241,9 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
       same_record.release();
       out->producer_released = true;
     }
+    if (observed) observed->record_done(i);
   }
+  if (observed) observed->finish();
 }
 
 }  // namespace
