@@ -14,6 +14,7 @@ case "$preset" in
 esac
 
 bash scripts/setup.sh
+bash scripts/setup_onnxruntime.sh  # ONNX Runtime (npm onnxruntime-node) for the ONNX export tests
 jobs=$(nproc)
 
 if [[ "$preset" == sanitize ]]; then
