@@ -20,6 +20,33 @@ struct ProcessGroup::Impl {
   MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0;
   int size = 1;
+  bool owned = false;  // made by duplicate(): freed here, unless MPI is already finalized (a group kept past exit)
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned && !finalized) MPI_Comm_free(&comm);
+  }
+};
+
+struct Work::Impl {
+  MPI_Request request = MPI_REQUEST_NULL;
+  Tensor tensor;  // kept alive while MPI may write it
+  bool completed = false;
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  // Note: MPI cannot cancel a nonblocking collective, and freeing its buffer would let MPI write into freed
+  // memory; an abandoned one keeps its tensor for the life of the process.
+  ~Impl() {
+    if (completed || request == MPI_REQUEST_NULL) return;
+    static auto* abandoned = new std::vector<Tensor>;
+    abandoned->push_back(std::move(tensor));
+  }
 };
 
 namespace {
@@ -185,6 +212,56 @@ std::vector<Tensor> ProcessGroup::allgather(const Tensor& tensor) const {
   }
   return out;
 }
+
+Work ProcessGroup::allreduce_async(Tensor& tensor) const {
+  const char* name = "allreduce_async";
+  tensor.check_defined(name);
+  const MPI_Datatype type = mpi_type(tensor.dtype(), name);
+  if (!tensor.is_contiguous())
+    fail("allreduce_async: the tensor {} must be contiguous (MPI writes it as one array)", shape_string(tensor.shape()));
+  prepare_in_place(tensor, name);
+  auto work = std::make_shared<Work::Impl>();
+  if (impl_->size == 1) {
+    work->completed = true;
+    return Work(std::move(work));
+  }
+  work->tensor = tensor;
+  check(MPI_Iallreduce(MPI_IN_PLACE, tensor.raw_data(), count_of(tensor, name), type, MPI_SUM, impl_->comm,
+                       &work->request),
+        name);
+  return Work(std::move(work));
+}
+
+ProcessGroup ProcessGroup::duplicate() const {
+  auto impl = std::make_shared<Impl>();
+  check(MPI_Comm_dup(impl_->comm, &impl->comm), "duplicate");
+  impl->owned = true;
+  impl->rank = impl_->rank;
+  impl->size = impl_->size;
+  ProcessGroup group(std::move(impl));
+  group.check_shapes_ = check_shapes_;
+  return group;
+}
+
+bool Work::test() {
+  if (!impl_ || impl_->completed) return true;
+  int done = 0;
+  check(MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE), "Work::test");
+  if (done) {
+    impl_->completed = true;
+    impl_->tensor = Tensor();
+  }
+  return done != 0;
+}
+
+void Work::wait() {
+  if (!impl_ || impl_->completed) return;
+  check(MPI_Wait(&impl_->request, MPI_STATUS_IGNORE), "Work::wait");
+  impl_->completed = true;
+  impl_->tensor = Tensor();
+}
+
+bool Work::is_completed() const { return !impl_ || impl_->completed; }
 
 int run_or_abort(const std::function<void()>& fn) {
   try {

@@ -14,6 +14,30 @@ namespace tapegrad::distributed {
 /// How allreduce combines the ranks' values.
 enum class ReduceOp { Sum, Mean };
 
+/// A collective started by ProcessGroup::allreduce_async (libtorch's Work): its tensor must stay untouched
+/// until the Work completes. A default-constructed Work is complete.
+/// Note: Open MPI moves a nonblocking collective forward only inside MPI calls (it has no progress thread by
+/// default), so a caller that computes while one is in flight calls test() now and then. MPI cannot cancel a
+/// started collective: a Work destroyed before it completed leaves its tensor alive (leaked) for MPI to finish
+/// writing, and the other ranks' matching collective is still owed.
+class Work {
+ public:
+  Work() = default;
+  /// Lets MPI progress once; true when the collective has completed (the tensor then holds the result).
+  bool test();
+  /// Blocks until the collective has completed.
+  void wait();
+  /// True once test() or wait() saw the collective complete.
+  bool is_completed() const;
+
+  struct Impl;
+
+ private:
+  friend class ProcessGroup;
+  explicit Work(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
 /// Note: MPI is one per process. The first ProcessGroup::world() initializes it from the environment mpirun or
 /// mpiexec set up (MPI_Init_thread, MPI_THREAD_FUNNELED: OpenMP threads run inside ops, only the calling thread
 /// talks to MPI), and it is finalized at exit; when the program initialized MPI itself, tapegrad leaves both to it.
@@ -40,6 +64,17 @@ class ProcessGroup {
   void broadcast(Tensor& tensor, int root = 0) const;
   /// Every rank's `tensor`, in rank order (same shape and dtype everywhere).
   std::vector<Tensor> allgather(const Tensor& tensor) const;
+  /// Starts replacing the contiguous float32/float64/int64 `tensor` by its sum over ranks (MPI_Iallreduce, in
+  /// place) and returns at once; the result is there when the Work completes. The shape check, being a
+  /// blocking exchange, is not made: every rank must pass the same dtype and element count.
+  /// Note: in place, Open MPI 4.1's libnbc sums with its binomial tree whatever the element count, so each
+  /// element's sum is associated the same way however tensors are grouped into calls (DDP's buckets rely on it).
+  Work allreduce_async(Tensor& tensor) const;
+
+  /// A group of the same ranks with its own MPI communicator (MPI_Comm_dup; every rank must call it): its
+  /// collectives never match another group's, so they may be in flight while the original group's run (DDP's
+  /// gradient buckets while SyncBatchNorm communicates). Freed with the last copy of the returned group.
+  ProcessGroup duplicate() const;
 
   /// Exchange dtype and shape before each collective (one extra small message; on by default).
   void set_check_shapes(bool check) { check_shapes_ = check; }
