@@ -129,8 +129,9 @@ cleanup() {
   local status=$?
   trap - EXIT INT TERM
   if [[ -n "$mpirun_pid" ]] && kill -0 "$mpirun_pid" 2>/dev/null; then
-    kill -TERM "$mpirun_pid" 2>/dev/null || true
-    sleep 1
+    kill -TERM "$mpirun_pid" 2>/dev/null || true  # mpirun stops its daemons and ranks on SIGTERM
+    local tenths=0
+    while kill -0 "$mpirun_pid" 2>/dev/null && (( tenths < 50 )); do sleep 0.1; tenths=$(( tenths + 1 )); done
     kill -KILL "$mpirun_pid" 2>/dev/null || true
   fi
   if [[ $keep -eq 0 ]]; then remove_namespaces; fi
