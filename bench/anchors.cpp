@@ -5,7 +5,10 @@
 //   - raw 1024^3 float32 GEMM of oneDNN (dnnl_sgemm, what tapegrad's kernels call) and of OpenBLAS
 //     (cblas_sgemm from Debian's openblas-openmp, loaded at run time; the library libtorch uses here);
 //   - float64 GEMM of OpenBLAS (cblas_dgemm) and of tapegrad (its own kernel, kernels/gemm_f64), for the float64
-//     matmul row.
+//     matmul row;
+//   - where the CPU has AVX512-BF16: the bfloat16 dot-product peak (vdpbf16ps: 32 bfloat16 products summed into
+//     16 float32 lanes) and oneDNN's 1024^3 matmul with bfloat16 inputs and a float32 result, the figures that
+//     set what mixed-precision training could gain (issue 42) before any of it is built.
 //   anchors [--threads N] [--seconds S] [--smoke]
 // Prints `anchor=<name> threads=<n> gflops=<g>` lines (and `openblas_core=<name>`).
 // Note: run it with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset (compare.sh does), or OpenBLAS's anchor is
@@ -79,7 +82,86 @@ __attribute__((target("avx2,fma"))) float fma_probe_avx2() {
   return sum;
 }
 
+// vdpbf16ps: each lane adds two bfloat16 products to its float32 accumulator, 64 flops per instruction.
+__attribute__((target("avx512f,avx512bf16"))) float bf16_probe_avx512() {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c) * 1e-3f);
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(2e-3f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(3e-4f));
+  for (long i = 0; i < kIterations; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+  __m512 total = acc[0];
+  for (int c = 1; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, total);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
 volatile float sink;
+
+double bf16_peak(int threads, double seconds) {
+  const double flops = static_cast<double>(kIterations) * kChains * 64 * threads;
+  return rate(seconds, flops, [&] {
+#pragma omp parallel num_threads(threads)
+    sink = bf16_probe_avx512();
+  });
+}
+
+// oneDNN's matmul primitive, A and B in bfloat16 (converted once, outside the timing), C in float32: the GEMM an
+// autocast linear layer would run. Returns 0 when oneDNN has no such implementation on this CPU.
+double onednn_bf16_matmul(int n, double seconds) {
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return 0;
+  dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
+  const dnnl_dims_t dims = {n, n};
+  dnnl_memory_desc_t a_md, b_md, c_md, a_f32_md;
+  dnnl_memory_desc_init_by_tag(&a_md, 2, dims, dnnl_bf16, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&b_md, 2, dims, dnnl_bf16, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&c_md, 2, dims, dnnl_f32, dnnl_ab);
+  dnnl_memory_desc_init_by_tag(&a_f32_md, 2, dims, dnnl_f32, dnnl_ab);
+  dnnl_matmul_desc_t desc;
+  dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md);
+  dnnl_primitive_desc_t pd;
+  double gflops = 0;
+  if (dnnl_primitive_desc_create(&pd, &desc, nullptr, engine, nullptr) == dnnl_success) {
+    const char* impl = nullptr;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    std::printf("onednn_bf16_matmul_impl=%s\n", impl ? impl : "unknown");
+    std::vector<float> f32(static_cast<std::size_t>(n) * n, 0.5f), c(static_cast<std::size_t>(n) * n);
+    dnnl_memory_t src_f32, a, b, cm;
+    dnnl_memory_create(&src_f32, &a_f32_md, engine, f32.data());
+    dnnl_memory_create(&a, &a_md, engine, DNNL_MEMORY_ALLOCATE);
+    dnnl_memory_create(&b, &b_md, engine, DNNL_MEMORY_ALLOCATE);
+    dnnl_memory_create(&cm, &c_md, engine, c.data());
+    for (dnnl_memory_t target : {a, b}) {  // float32 -> bfloat16 by oneDNN's reorder (round to nearest even)
+      dnnl_primitive_desc_t reorder_pd;
+      dnnl_reorder_primitive_desc_create(&reorder_pd, &a_f32_md, engine, &a_md, engine, nullptr);
+      dnnl_primitive_t reorder;
+      dnnl_primitive_create(&reorder, reorder_pd);
+      dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src_f32}, {DNNL_ARG_TO, target}};
+      dnnl_primitive_execute(reorder, stream, 2, args);
+      dnnl_stream_wait(stream);
+      dnnl_primitive_destroy(reorder);
+      dnnl_primitive_desc_destroy(reorder_pd);
+    }
+    dnnl_primitive_t matmul;
+    dnnl_primitive_create(&matmul, pd);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, cm}};
+    gflops = rate(seconds, 2.0 * n * n * n, [&] {
+      dnnl_primitive_execute(matmul, stream, 3, args);
+      dnnl_stream_wait(stream);
+    });
+    dnnl_primitive_destroy(matmul);
+    dnnl_primitive_desc_destroy(pd);
+    for (dnnl_memory_t m : {src_f32, a, b, cm}) dnnl_memory_destroy(m);
+  }
+  dnnl_stream_destroy(stream);
+  dnnl_engine_destroy(engine);
+  return gflops;
+}
 
 // The peak of `threads` cores together, each running the probe.
 double fma_peak(int threads, double seconds, bool avx512) {
@@ -121,8 +203,12 @@ int main(int argc, char** argv) {
     std::printf("anchor=fma_peak_%s threads=%d gflops=%.6g\n", avx512 ? "avx512" : "avx2", threads,
                 fma_peak(threads, seconds, avx512));
 
+  const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+  if (bf16) std::printf("anchor=bf16_dot_peak_avx512 threads=%d gflops=%.6g\n", threads, bf16_peak(threads, seconds));
+
   const int n = 1024;
   const double flops = 2.0 * n * n * n;
+  if (bf16) std::printf("anchor=onednn_bf16_matmul threads=%d gflops=%.6g\n", threads, onednn_bf16_matmul(n, seconds));
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   std::printf("anchor=onednn_sgemm threads=%d gflops=%.6g\n", threads, rate(seconds, flops, [&] {
                 dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);

@@ -11,7 +11,8 @@
 #     blocks, a background thread): jemalloc's defaults hand big blocks back to the kernel at once, and every
 #     step then page-faults them in again;
 #   - the ratio is tapegrad (system allocator, what a user gets) over libtorch's better allocator;
-#   - bench/anchors prints the FMA peak per core, raw 1024^3 sgemm of oneDNN and OpenBLAS (and dgemm), and
+#   - bench/anchors prints the FMA peak per core (and the bfloat16 dot-product peak and oneDNN bfloat16 matmul
+#     where the CPU has AVX512-BF16), raw 1024^3 sgemm of oneDNN and OpenBLAS (and dgemm), and
 #     each GEMM- or conv-bound workload's GFLOP/s is shown as a fraction of the FMA peak;
 #   - peak resident memory, absolute and above each side's idle process.
 #   bash bench/compare.sh [--build-dir DIR] [--reps R] [--seconds S] [--threads "1 2"] [--workloads "mlp cnn" or mlp,cnn]
