@@ -7,8 +7,9 @@
 #    the job once, the restart must resume from the last checkpoint before the kill, and the final state (model,
 #    optimizer, schedule, position, every rank's generators) must be bit-identical with the straight run's. The
 #    time lost is measured and printed against its bound (checkpoint interval + restart time);
-# 3. shrunk: the same fault, restarted on 1 rank: the run must finish from the 2-rank checkpoint, close to the
-#    straight run but not identical (docs: restarting with fewer ranks is not bit-identical).
+# 3. shrunk: the same fault, restarted on 1 rank: the run must finish from the 2-rank checkpoint, training every
+#    step on the same global batch as the straight run (the sampler re-sharded; compared by the digests of the
+#    batches' samples), and end close to it but not identical (docs: fewer ranks are not bit-identical).
 # The random choice is seeded and printed; TAPEGRAD_FAULT_SEED=<seed> replays it.
 set -euo pipefail
 
@@ -74,30 +75,34 @@ else
 fi
 check "the final state is bit-identical with the uninterrupted run's" cmp straight/final.ckpt killed/final.ckpt
 
-# The time lost: the killed run's wall time minus the straight run's. Its bound: the checkpoint interval (the
-# straight run's time between consecutive checkpoints) plus the restart time (kill -> the restarted job resumed).
+# The time lost: the killed run's wall time minus the straight run's. Its parts: the work redone (from the last
+# checkpoint to the kill) and the restart time (detection, relaunch, start-up, resume and warm-up: from the kill
+# until the restarted job reaches the next checkpoint, minus the time the straight run took between those two
+# checkpoints). The bound: the checkpoint interval (the straight run's mean time between checkpoints) plus that
+# restart time.
+# event_time LOG STEP first|last: when the run reached STEP (Unix ms): its start (0), a checkpoint, or the end.
+event_time() {
+  local pattern="checkpoint at step $2 "
+  if (( $2 == 0 )); then pattern="no checkpoint, step 0"; elif (( $2 == total )); then pattern="done, $total steps"; fi
+  grep -- "$pattern" "$1" | if [[ $3 == first ]]; then head -1; else tail -1; fi | sed -E 's/.* at ([0-9]+).*/\1/'
+}
 straight_ms=$(cat straight.ms)
 killed_ms=$(cat killed.ms)
-checkpoint_times=($(grep 'checkpoint at step' straight.log | sed -E 's/.* at step [0-9]+ at ([0-9]+).*/\1/'))
-interval_ms=$(( (checkpoint_times[-1] - checkpoint_times[0]) / (${#checkpoint_times[@]} - 1) ))
-kill_time=$(time_of killed.log "SIGKILLs itself")
-if (( last_checkpoint > 0 )); then
-  checkpoint_time=$(time_of killed.log "checkpoint at step $last_checkpoint ")
-  resumed_time=$(time_of killed.log "resumed at step")
-else
-  checkpoint_time=$(time_of killed.log "no checkpoint, step 0")
-  resumed_time=$(grep 'no checkpoint, step 0' killed.log | tail -1 | sed -E 's/.* at ([0-9]+).*/\1/')
-fi
-restart_ms=$(( resumed_time - kill_time ))
-redone_ms=$(( kill_time - checkpoint_time ))
+interval_ms=$(( ($(event_time straight.log $(( total / every * every )) last) - $(event_time straight.log $every last)) /
+                (total / every - 1) ))
+next_checkpoint=$(( last_checkpoint + every > total ? total : last_checkpoint + every ))
+kill_time=$(grep -m1 "SIGKILLs itself" killed.log | sed -E 's/.* at ([0-9]+).*/\1/')
+redone_ms=$(( kill_time - $(event_time killed.log $last_checkpoint first) ))
+restart_ms=$(( $(event_time killed.log $next_checkpoint last) - kill_time -
+               ($(event_time straight.log $next_checkpoint last) - $(event_time straight.log $last_checkpoint last)) ))
 lost_ms=$(( killed_ms - straight_ms ))
-echo "time: straight run ${straight_ms} ms, killed run ${killed_ms} ms: ${lost_ms} ms lost;" \
-     "bound: checkpoint interval ${interval_ms} ms (${every} steps) + restart time ${restart_ms} ms" \
-     "(kill -> resumed) = $(( interval_ms + restart_ms )) ms; work redone: ${redone_ms} ms since the checkpoint" \
-     "at step ${last_checkpoint}; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-# Note: both wall times carry start-up costs and the machine's noise; the part the bound is about, the work done
-# since the last checkpoint, must not exceed the interval (with a margin for a loaded machine).
-check "the work redone (${redone_ms} ms) is at most the checkpoint interval (${interval_ms} ms) + 1 s" \
+echo "time lost: ${lost_ms} ms (killed run ${killed_ms} ms - straight run ${straight_ms} ms); its parts: work redone" \
+     "${redone_ms} ms (checkpoint at step ${last_checkpoint} -> kill) + restart ${restart_ms} ms = $(( redone_ms + restart_ms ))" \
+     "ms; bound: checkpoint interval ${interval_ms} ms (${every} steps) + restart ${restart_ms} ms =" \
+     "$(( interval_ms + restart_ms )) ms; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# Note: wall times on a shared machine are noisy (two start-ups here against one there), so the checks are on the
+# parts: the work redone is what the checkpoint interval bounds.
+check "the work redone (${redone_ms} ms) is at most the checkpoint interval (${interval_ms} ms), with 1 s for noise" \
   test "$redone_ms" -le $(( interval_ms + 1000 ))
 
 check "the run restarted on 1 rank succeeds" \
@@ -105,9 +110,18 @@ check "the run restarted on 1 rank succeeds" \
 if (( last_checkpoint > 0 )); then
   check "the 1-rank restart resumed the 2-rank checkpoint" grep -q "written by 2 ranks" shrunk.log
 fi
-difference=$(grep -m1 'largest |difference|' shrunk.log | sed -E 's/.*: ([-0-9.e+]+)$/\1/')
-check "the 1-rank restart ends close to the 2-rank run (largest |difference| $difference < 0.05)" \
-  awk -v d="$difference" 'BEGIN { exit !(d >= 0 && d < 0.05) }'
+# The same global batches, step by step (the last attempt's digest of each step; batches.txt is appended to).
+last_digests() { awk '{ d[$2] = $0 } END { for (s in d) print d[s] }' "$1" | sort -k2,2n; }
+check "every step of the killed run trained the straight run's global batch" \
+  cmp <(last_digests straight/batches.txt) <(last_digests killed/batches.txt)
+check "every step of the 1-rank restart trained the 2-rank run's global batch (the sampler re-sharded)" \
+  cmp <(last_digests straight/batches.txt) <(last_digests shrunk/batches.txt)
+# Note: not bit-identical (sums in another order, rank 1's noise stream gone, rank 0 drawing the noise and the
+# augmentation of all 32 images), but the same run with other noise: measured 0.01-0.17 (the larger the earlier
+# the kill), against 0 for a 2-rank restart.
+difference=$(grep -m1 "parameters' relative difference" shrunk.log | sed -E 's/.*: ([-0-9.e+]+)$/\1/')
+check "the 1-rank restart ends close to, not identical with, the 2-rank run (relative difference $difference in (0, 0.5))" \
+  awk -v d="$difference" 'BEGIN { exit !(d > 0 && d < 0.5) }'
 
 if (( failures > 0 )); then
   echo "$failures check(s) failed (fault seed $seed; replay: TAPEGRAD_FAULT_SEED=$seed)"

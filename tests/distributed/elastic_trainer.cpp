@@ -4,8 +4,9 @@
 // with periodic checkpoints through distributed::PeriodicCheckpointer. --kill-rank R --kill-step S make rank R
 // SIGKILL itself during step S (after its backward, before the gradient allreduce, so the other ranks wait in a
 // collective) in the job's first attempt only (TAPEGRAD_RESTART_COUNT unset or 0). It prints wall-clock times
-// (Unix milliseconds) for the script to measure the time lost, and writes the final state with every rank's
-// generators to --final.
+// (Unix milliseconds) for the script to measure the time lost, writes the final state with every rank's
+// generators to --final, and appends to batches.txt a digest of the samples of each global batch (rank 0), which
+// shows that a restart on fewer ranks trains on the same global batches.
 #include <signal.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <tapegrad/tapegrad.h>
 #include <tapegrad/framework/data/distributed_sampler.h>
@@ -43,16 +45,21 @@ std::map<std::string, std::string> parse(int argc, char** argv) {
   return options;
 }
 
-// The largest |a - b| over the model entries of two checkpoints, or -1 when they differ in names or shapes.
-double max_difference(const Checkpoint& a, const Checkpoint& b) {
+// |a - b| / |b| over the parameters of two checkpoints (2-norms over all of them), or -1 when their names or
+// shapes differ.
+double relative_difference(const Checkpoint& a, const Checkpoint& b) {
   if (a.model.size() != b.model.size()) return -1;
-  double largest = 0;
+  double difference = 0, norm = 0;
   for (std::size_t i = 0; i < a.model.size(); ++i) {
     if (a.model[i].name != b.model[i].name || a.model[i].value.shape() != b.model[i].value.shape()) return -1;
+    if (a.model[i].kind != EntryKind::Parameter) continue;
     const auto x = a.model[i].value.to(DType::Float64).to_vector(), y = b.model[i].value.to(DType::Float64).to_vector();
-    for (std::size_t j = 0; j < x.size(); ++j) largest = std::max(largest, std::abs(x[j] - y[j]));
+    for (std::size_t j = 0; j < x.size(); ++j) {
+      difference += (x[j] - y[j]) * (x[j] - y[j]);
+      norm += y[j] * y[j];
+    }
   }
-  return largest;
+  return std::sqrt(difference / norm);
 }
 
 }  // namespace
@@ -71,9 +78,12 @@ int main(int argc, char** argv) {
     set_num_threads(1);
 
     // 384 images of 1x8x8 in 4 classes; a global batch of 32 (12 steps per epoch on any number of ranks dividing 32).
+    // Note: the dataset's labels are the samples' indices (for the batch digests); the classes come from a table.
     Generator data_generator(7);
     const Tensor images = randn({384, 1, 8, 8}, data_generator);
-    const data::TensorDataset dataset(images, randint(0, 4, {384}, data_generator));
+    std::vector<std::int64_t> classes(384);
+    for (auto& c : classes) c = static_cast<std::int64_t>(data_generator.below(4));
+    const data::TensorDataset dataset(images, arange(384));
     const std::int64_t global_batch = 32;
     if (global_batch % world.world_size() != 0) fail("elastic_trainer: {} ranks do not divide 32", world.world_size());
     auto sampler = std::make_shared<data::DistributedSampler>(dataset.size(), world.world_size(), world.rank(),
@@ -115,12 +125,22 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
 
+    std::FILE* batch_log = leader ? std::fopen("batches.txt", "a") : nullptr;
+    if (leader && batch_log == nullptr) fail("elastic_trainer: cannot open batches.txt");
     model->train();
     for (; checkpointer.epoch() < epochs; checkpointer.epoch_done()) {
       for (auto& batch : checkpointer.remaining_batches(loader)) {
         optimizer.zero_grad();
         const Tensor input = batch.images + randn(batch.images.shape(), noise) * 0.05;
-        const Tensor loss = cross_entropy(ddp.forward(input), batch.labels);
+        std::vector<std::int64_t> targets;
+        std::int64_t digest[2] = {0, 0};
+        for (double id : batch.labels.to_vector()) {
+          const auto i = static_cast<std::int64_t>(id);
+          targets.push_back(classes[static_cast<std::size_t>(i)]);
+          digest[0] += i * 2654435761 % 1000003;
+          digest[1] += i * 40503 % 999983;
+        }
+        const Tensor loss = cross_entropy(ddp.forward(input), from_vector(targets, {batch.labels.numel()}));
         loss.backward();
         if (attempt == 0 && world.rank() == kill_rank && checkpointer.step() + 1 == kill_step) {
           std::printf("elastic_trainer: rank %d SIGKILLs itself in step %lld at %lld\n", world.rank(),
@@ -132,6 +152,14 @@ int main(int argc, char** argv) {
         optimizer.step();
         schedule.step();
         if (!std::isfinite(loss.item())) fail("elastic_trainer: loss {} at step {}", loss.item(), checkpointer.step() + 1);
+        Tensor digests = from_vector(std::vector<std::int64_t>{digest[0], digest[1]}, {2});
+        world.allreduce(digests);
+        if (leader) {
+          const auto sums = digests.to_vector();
+          std::fprintf(batch_log, "step %lld digest %.0f %.0f\n", static_cast<long long>(checkpointer.step() + 1), sums[0],
+                       sums[1]);
+          std::fflush(batch_log);
+        }
         if (checkpointer.step_done() && leader) {
           std::printf("elastic_trainer: checkpoint at step %lld at %lld (%.1f ms)\n",
                       static_cast<long long>(checkpointer.step()), unix_ms(), checkpointer.last_save_seconds() * 1e3);
@@ -139,14 +167,16 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (batch_log != nullptr) std::fclose(batch_log);
     checkpointer.save(options.at("--final"));
     if (leader) {
       std::printf("elastic_trainer: done, %lld steps, wrote %s at %lld\n", static_cast<long long>(checkpointer.step()),
                   options.at("--final").c_str(), unix_ms());
       if (!options.at("--compare").empty()) {
-        const double difference = max_difference(load_checkpoint(options.at("--final")),
-                                                 load_checkpoint(options.at("--compare")));
-        std::printf("elastic_trainer: largest |difference| from %s: %.3g\n", options.at("--compare").c_str(), difference);
+        const double difference = relative_difference(load_checkpoint(options.at("--final")),
+                                                      load_checkpoint(options.at("--compare")));
+        std::printf("elastic_trainer: parameters' relative difference from %s: %.3g\n", options.at("--compare").c_str(),
+                    difference);
       }
     }
   });
