@@ -1,4 +1,5 @@
-// tapegrad-inspect FILE: prints a checkpoint's header, its entries with summary statistics, and its metadata.
+// tapegrad-inspect FILE: prints a checkpoint's header, its entries with summary statistics, and its metadata; a
+// PyTorch, safetensors or ONNX file's contents.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -7,6 +8,18 @@
 
 // inspect_foreign.cpp: PyTorch and safetensors files (true when `path` is one and was printed).
 bool print_foreign_file(const std::string& path);
+#ifdef TAPEGRAD_INSPECT_ONNX
+// inspect_onnx.cpp: ONNX models (true when `path` is a .onnx file and was printed).
+bool print_onnx_file(const std::string& path);
+#else
+// Note: built without the ONNX component (no libonnx-dev), the tool names what is missing instead of reading
+// a .onnx file as a checkpoint.
+bool print_onnx_file(const std::string& path) {
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".onnx") == 0)
+    tapegrad::fail("{}: this tapegrad-inspect was built without ONNX support (install libonnx-dev and rebuild)", path);
+  return false;
+}
+#endif
 
 namespace {
 
@@ -41,12 +54,13 @@ int main(int argc, char** argv) {
   if (argc != 2 || std::string(argv[1]) == "--help") {
     std::fprintf(stderr,
                  "usage: tapegrad-inspect FILE\n  prints a tapegrad checkpoint's header, entries and metadata,\n"
-                 "  or the tensors of a PyTorch (.pt) or safetensors file\n");
+                 "  the tensors of a PyTorch (.pt) or safetensors file, or an ONNX model (.onnx): its inputs,\n"
+                 "  outputs, opset, node counts by op and initializers\n");
     return argc == 2 ? 0 : 2;
   }
   const std::string path = argv[1];
   try {
-    if (print_foreign_file(path)) return 0;
+    if (print_onnx_file(path) || print_foreign_file(path)) return 0;
     const CheckpointHeader header = read_checkpoint_header(path);
     const Checkpoint c = load_checkpoint(path);
     fmt::print("{}\n  format version {}, {} archive, payload {} bytes, crc32 {:08x}\n", path, header.format_version,
