@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
 
     const data::FashionMNIST test_set(data::Split::Test, data_options);
     examples::Score score;
+    bool evaluated = false, last_step_saved = false;
+    std::int64_t steps_trained = 0;  // by this start
     for (; checkpointer.epoch() < options.epochs; checkpointer.epoch_done()) {
       const std::int64_t epoch = checkpointer.epoch() + 1;
       model->train();
@@ -132,7 +134,8 @@ int main(int argc, char** argv) {
         if (training.schedule) training.schedule->step();
         loss_sum += loss.item();
         ++steps;
-        if (checkpointer.step_done() && leader)
+        last_step_saved = checkpointer.step_done();
+        if (last_step_saved && leader)
           fmt::print("saved {} at step {} ({:.0f} ms)\n", periodic.path, checkpointer.step(),
                      checkpointer.last_save_seconds() * 1e3);
       }
@@ -141,13 +144,23 @@ int main(int argc, char** argv) {
       world.allreduce(mean_loss, distributed::ReduceOp::Mean);
       world.barrier();
       const double seconds = examples::now_seconds() - start;
+      steps_trained += steps;
       if (leader) {
         score = examples::evaluate(*model, test_set);
+        evaluated = true;
         fmt::print("epoch {}/{}: loss {:.4f}  test loss {:.4f}  test acc {:.4f}  {:.1f}s  {:.0f} samples/s\n", epoch,
                    options.epochs, mean_loss.item(), score.loss, score.accuracy, seconds,
                    static_cast<double>(steps * options.batch_size) / seconds);
         std::fflush(stdout);
       }
+    }
+    // Note: the run's last state goes into the periodic file too, so that starting the same command again finds
+    // the run complete instead of repeating the steps after the last periodic save.
+    if (periodic_saves && steps_trained > 0 && !last_step_saved) checkpointer.save();
+    if (leader && !evaluated) {
+      fmt::print("{} holds a complete run ({} steps): nothing left to train (delete it to train again)\n", periodic.path,
+                 checkpointer.step());
+      score = examples::evaluate(*model, test_set);
     }
     // Note: checkpoint from rank 0 only (every rank holds the same model); the state names are BatchNorm's, so
     // the single-process example loads it.
