@@ -44,17 +44,23 @@ samples_per_second() { sed -n 's/^epoch 1\/1: .* \([0-9]*\) samples\/s$/\1/p' "$
 
 # One run of one configuration: "one" (a single process, no mpirun) or "<ranks>@<rate>". Appends
 # "samples/s load bytes-per-step" to $work/<configuration>.runs.
+# A failed run (e.g. a rank killed from outside) is reported with its output and left out of the medians.
 run() {
   local config="$1" log="$work/$1.log" out="$work/$1.out"
   local start_load; start_load=$(load)
+  local status=0
   if [[ "$config" == one ]]; then
-    "$example" "${train_args[@]}" --output-dir "$out" >"$log" 2>&1 || { cat "$log" >&2; return 1; }
+    "$example" "${train_args[@]}" --output-dir "$out" >"$log" 2>&1 || status=$?
   else
     bash scripts/emulate_hosts.sh --np "${config%@*}" --rate "${config#*@}" --prefix tgscale- --timeout 900 -- \
-      "$example" "${train_args[@]}" --output-dir "$out" >"$log" 2>&1 || { cat "$log" >&2; return 1; }
+      "$example" "${train_args[@]}" --output-dir "$out" >"$log" 2>&1 || status=$?
   fi
   local rate; rate=$(samples_per_second "$log")
-  [[ -n "$rate" ]] || { cat "$log" >&2; echo "emulated_hosts_scaling: no samples/s in the output of $config" >&2; return 1; }
+  if [[ $status -ne 0 || -z "$rate" ]]; then
+    tail -n 15 "$log" >&2
+    echo "  $config: FAILED (status $status, load $start_load): left out" | tee -a "$work/failures"
+    return 0
+  fi
   # Bytes host1 sent over its link during the whole job (start-up broadcast and evaluation included), per step.
   local sent; sent=$(sed -n 's/^emulate_hosts: link tgscale-host1: sent \([0-9]*\) bytes.*/\1/p' "$log")
   echo "$rate $start_load ${sent:+$(( sent / steps ))}" >>"$work/$config.runs"
@@ -63,6 +69,7 @@ run() {
 
 configs=(one)
 for rate in $rates; do for n in $ranks; do configs+=("$n@$rate"); done; done
+for config in "${configs[@]}"; do : >"$work/$config.runs"; done
 echo "== emulated_hosts_scaling: ${configs[*]}, $steps steps each, $repeats repeats (interleaved), args: ${train_args[*]}"
 # What each rate limit lets one TCP stream through right now (the machine's load lowers it).
 for rate in $rates; do
@@ -73,6 +80,8 @@ for repeat in $(seq 1 "$repeats"); do
   echo "repeat $repeat/$repeats"
   for config in "${configs[@]}"; do run "$config"; done
 done
+
+[[ -s "$work/one.runs" ]] || { echo "emulated_hosts_scaling: every one-process run failed: no baseline" >&2; exit 1; }
 
 # The gradient volume: every parameter's gradient is allreduced once per step (DistributedDataParallel's
 # buckets), so it is the parameter count times the dtype's size, read from the checkpoint the example saved.
@@ -101,6 +110,7 @@ echo
 echo "| configuration | samples/s (median, min-max) | vs one process | host1 link bytes per step | load at start |"
 echo "|---|---|---|---|---|"
 for config in "${configs[@]}"; do
+  if [[ ! -s "$work/$config.runs" ]]; then echo "| $config | every run failed | | | |"; continue; fi
   rates_seen=$(field "$config" 1 | sort -n | tr '\n' ' ')
   value=$(field "$config" 1 | median)
   bytes=-
@@ -112,3 +122,4 @@ for config in "${configs[@]}"; do
       -v b="$bytes" -v load="$loads" \
       'BEGIN { printf "| %s | %.0f (%s-%s) | %.2fx | %s | %s |\n", l, v, lo, hi, v / o, b, load }'
 done
+if [[ -s "$work/failures" ]]; then echo; echo "failed runs (left out above):"; cat "$work/failures"; fi
