@@ -39,17 +39,18 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
 
 step "each installed public header compiles on its own (with pkg-config's flags only)"
 headers=$(cd "$prefix/include" && find tapegrad -name '*.h' | sort)
-count=0
-for header in $headers; do
-  extra=()
+compile_alone() {
+  local header=$1 extra=()
   [[ $header == tapegrad/framework/distributed/* ]] && extra=($(pkg-config --cflags ompi))
-  echo "#include <$header>" > "$work/header.cpp"
-  if ! g++ -fsyntax-only -Wall -Wextra -Wpedantic -Werror $(pkg-config --cflags tapegrad) "${extra[@]}" "$work/header.cpp"; then
-    echo "check_package: <$header> does not compile on its own" >&2; exit 1
-  fi
-  count=$((count + 1))
-done
-echo "$count headers compile alone"
+  echo "#include <$header>" | g++ -fsyntax-only -Wall -Wextra -Wpedantic -Werror $(pkg-config --cflags tapegrad) \
+                                  "${extra[@]}" -x c++ - ||
+    { echo "check_package: <$header> does not compile on its own" >&2; return 1; }
+}
+export -f compile_alone
+# Note: one g++ per header, nproc at a time: ~1.3 s of CPU each and ~95 headers, ~2 minutes when run one by one.
+# xargs runs them all and then fails (status 123) if any one failed; each failure names its header.
+printf '%s\n' $headers | xargs -P "$(nproc)" -I{} bash -c 'compile_alone "$1"' _ {}
+echo "$(printf '%s\n' $headers | wc -l) headers compile alone"
 
 step "SONAME and exported symbols"
 for lib in tapegrad tapegrad_distributed; do

@@ -16,6 +16,11 @@ esac
 bash scripts/setup.sh
 bash scripts/setup_onnxruntime.sh  # ONNX Runtime (npm onnxruntime-node) for the ONNX export tests
 jobs=$(nproc)
+# Note: ctest runs nproc tests at once and each starts an OpenMP team of nproc threads, so the cores are
+# oversubscribed; libgomp's idle threads then spin away the time slices the working threads need
+# (docs/performance.md, "Threads on a busy machine"). Sleeping idle threads change no result, only CPU time:
+# the CNN case of test_examples_smoke took 30.0 s of CPU by default and 4.6 s with passive on a loaded machine.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 
 if [[ "$preset" == sanitize ]]; then
   # Note: fail on the first error with a stack trace; leaks count as errors. RapidCheck runs fewer cases
