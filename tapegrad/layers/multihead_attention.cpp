@@ -7,6 +7,7 @@
 
 #include <tapegrad/framework/init.h>
 #include <tapegrad/framework/ops/compare.h>
+#include <tapegrad/framework/ops/detail/attention_packed.h>
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/flip_pad.h>
@@ -124,7 +125,9 @@ MultiheadAttentionResult MultiheadAttention::forward_with_weights(const Tensor& 
     if (!batched) return x.unsqueeze(1);
     return options_.batch_first ? x.transpose(0, 1) : x;
   };
-  const Tensor q_in = canonical(query), k_in = canonical(key), v_in = canonical(value);
+  // Note: self-attention's key and value are the query's canonical tensor, not two more (recorded) views of it.
+  const Tensor q_in = canonical(query), k_in = key.is_same(query) ? q_in : canonical(key),
+               v_in = value.is_same(query) ? q_in : (value.is_same(key) ? k_in : canonical(value));
   const std::int64_t L = q_in.size(0), B = q_in.size(1), S0 = k_in.size(0);
   if (q_in.size(2) != E)
     fail("{}: expected query with {} features (embed_dim), got {}", kName, E, shape_string(query.shape()));
@@ -163,6 +166,39 @@ MultiheadAttentionResult MultiheadAttention::forward_with_weights(const Tensor& 
     if (!batched) padding = padding.unsqueeze(0);
   }
 
+  // The dropout stream of this call (counted below, after the attention drew from it).
+  const bool drop = is_training() && options_.dropout > 0.0;
+  std::optional<Generator> generator;
+  if (drop) {
+    const std::int64_t calls = *num_masks_drawn.data<std::int64_t>();
+    if (calls < 0) fail("{}: num_masks_drawn is {}: it must be non-negative", kName, calls);
+    const auto seed = std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>());
+    generator.emplace(tapegrad::detail::splitmix64_finalizer(seed ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(calls))));
+  }
+  const double p = drop ? options_.dropout : 0.0;
+
+  // Self-attention in training (query, key and value one tensor): one in_proj GEMM into a packed [L, B, 3E]
+  // projection and one op that reads each head where it lies (ops/detail/attention_packed.h): the same values,
+  // mask and gradients as the general path below, without its transposed copies of q, k, v, the output and their
+  // gradients. Note: training only, so that an inference trace (the ONNX export) sees the general path's ops.
+  const bool packed = is_training() && !need_weights && query.is_same(key) && query.is_same(value) &&
+                      in_proj_weight.defined() && !bias_k.defined() && !options_.add_zero_attn &&
+                      !(mask.defined() && mask.requires_grad()) && !(padding.defined() && padding.requires_grad());
+  if (packed) {
+    if (padding.defined()) {
+      padding = padding.reshape({B, 1, 1, S0}).expand({B, H, 1, S0}).reshape({B * H, 1, S0});
+      mask = mask.defined() ? add(mask, padding) : padding;
+    }
+    const Tensor qkv = linear(q_in, in_proj_weight, in_proj_bias);
+    const Tensor attended = tapegrad::detail::packed_self_attention(qkv, H, mask, p, drop ? *generator : default_generator());
+    if (drop) ++*num_masks_drawn.data<std::int64_t>();
+    MultiheadAttentionResult result;
+    result.attn_output = (*out_proj)(attended);
+    if (!batched) result.attn_output = result.attn_output.squeeze(1);
+    else if (options_.batch_first) result.attn_output = result.attn_output.transpose(0, 1).contiguous();
+    return result;
+  }
+
   // Input projections ([L, B, E], [S, B, E], [S, B, E]).
   auto bias_part = [&](std::int64_t i) { return in_proj_bias.defined() ? in_proj_bias.narrow(0, i * E, E) : Tensor(); };
   auto weight_part = [&](std::int64_t i) {
@@ -198,15 +234,6 @@ MultiheadAttentionResult MultiheadAttention::forward_with_weights(const Tensor& 
     mask = mask.defined() ? add(mask, padding) : padding;
   }
 
-  const bool drop = is_training() && options_.dropout > 0.0;
-  std::optional<Generator> generator;
-  if (drop) {
-    const std::int64_t calls = *num_masks_drawn.data<std::int64_t>();
-    if (calls < 0) fail("{}: num_masks_drawn is {}: it must be non-negative", kName, calls);
-    const auto seed = std::bit_cast<std::uint64_t>(*mask_seed.data<std::int64_t>());
-    generator.emplace(tapegrad::detail::splitmix64_finalizer(seed ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(calls))));
-  }
-  const double p = drop ? options_.dropout : 0.0;
   Tensor attended, weights;
   if (need_weights) {
     const Tensor q_scaled = div(q, std::sqrt(static_cast<double>(head_dim)));

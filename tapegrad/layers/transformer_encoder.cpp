@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <tapegrad/framework/ops/activation.h>
+#include <tapegrad/framework/ops/detail/dropout_fused.h>
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/triangular.h>
@@ -29,14 +30,32 @@ TransformerDropout::TransformerDropout(double p, std::optional<std::uint64_t> se
   num_masks_drawn = register_buffer("num_masks_drawn", zeros({}, int64), false);
 }
 
-Tensor TransformerDropout::forward(const Tensor& input) {
-  if (!is_training() || p_ == 0.0) return input;
+Generator TransformerDropout::next_generator() {
   const std::int64_t calls = *num_masks_drawn.data<std::int64_t>();
   if (calls < 0) fail("Dropout: num_masks_drawn is {}: it must be non-negative", calls);
   Generator generator(tapegrad::detail::splitmix64_finalizer(seed_of(mask_seed) ^ tapegrad::detail::splitmix64_finalizer(static_cast<std::uint64_t>(calls))));
-  Tensor out = dropout(input, p_, true, generator);
   ++*num_masks_drawn.data<std::int64_t>();
-  return out;
+  return generator;
+}
+
+Tensor TransformerDropout::forward(const Tensor& input) {
+  if (!drops()) return input;
+  Generator generator = next_generator();
+  return dropout(input, p_, true, generator);
+}
+
+// Note: the fused ops keep one byte per element for backward where relu + dropout kept relu's input, the
+// intermediate and a mask of the input's dtype, and add + dropout the dropped branch and the mask.
+Tensor TransformerDropout::forward_relu(const Tensor& input) {
+  if (!drops()) return relu(input);
+  Generator generator = next_generator();
+  return tapegrad::detail::relu_dropout(input, p_, generator);
+}
+
+Tensor TransformerDropout::forward_add(const Tensor& residual, const Tensor& input) {
+  if (!drops()) return add(residual, input);
+  Generator generator = next_generator();
+  return tapegrad::detail::add_dropout(residual, input, p_, generator);
 }
 
 std::string TransformerDropout::extra_repr() const { return fmt::format("p={}", p_); }
@@ -87,8 +106,9 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerOptions 
 
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
   const Tensor hidden = (*linear1)(x);
-  const Tensor activated = options_.activation == TransformerActivation::GELU ? gelu(hidden) : relu(hidden);
-  return (*dropout2)((*linear2)((*dropout)(activated)));
+  const Tensor dropped = options_.activation == TransformerActivation::GELU ? (*dropout)(gelu(hidden))
+                                                                           : dropout->forward_relu(hidden);
+  return (*linear2)(dropped);
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src, AttentionMask(), AttentionMask()); }
@@ -99,15 +119,16 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const AttentionMask& 
   if ((src.dim() != 2 && src.dim() != 3) || src.size(-1) != options_.d_model)
     fail("TransformerEncoderLayer: expected src [L, B, {0}] ([B, L, {0}] batch_first, or unbatched [L, {0}]), got {1}",
          options_.d_model, shape_string(src.shape()));
+  // Note: each residual sum takes its branch's dropout in one fused op (dropout1, dropout2: forward_add).
   auto attention = [&](const Tensor& x) {
-    return (*dropout1)(self_attn->forward_with_weights(x, x, x, src_key_padding_mask, false, src_mask).attn_output);
+    return self_attn->forward_with_weights(x, x, x, src_key_padding_mask, false, src_mask).attn_output;
   };
   if (options_.norm_first) {
-    const Tensor x = add(src, attention((*norm1)(src)));
-    return add(x, feed_forward((*norm2)(x)));
+    const Tensor x = dropout1->forward_add(src, attention((*norm1)(src)));
+    return dropout2->forward_add(x, feed_forward((*norm2)(x)));
   }
-  const Tensor x = (*norm1)(add(src, attention(src)));
-  return (*norm2)(add(x, feed_forward(x)));
+  const Tensor x = (*norm1)(dropout1->forward_add(src, attention(src)));
+  return (*norm2)(dropout2->forward_add(x, feed_forward(x)));
 }
 
 std::string TransformerEncoderLayer::extra_repr() const {

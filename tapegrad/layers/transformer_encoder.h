@@ -28,6 +28,10 @@ class TransformerDropout : public Module {
   /// seed: the stream's seed (by default one draw from the default generator when p > 0, as nn::Dropout).
   explicit TransformerDropout(double p, std::optional<std::uint64_t> seed = std::nullopt);
   Tensor forward(const Tensor& input) override;
+  /// forward(relu(input)), as one fused op in training (the same mask, values and gradients).
+  Tensor forward_relu(const Tensor& input);
+  /// add(residual, forward(input)), as one fused op in training (the same mask, values and gradients).
+  Tensor forward_add(const Tensor& residual, const Tensor& input);
   std::string extra_repr() const override;
   std::shared_ptr<Module> clone() const override;
   double p() const { return p_; }
@@ -36,6 +40,10 @@ class TransformerDropout : public Module {
   Tensor num_masks_drawn;
 
  private:
+  /// True when a forward now draws a mask (training, p > 0).
+  bool drops() const { return is_training() && p_ != 0.0; }
+  /// The generator of the next mask (from the seed and the count of masks drawn so far); counts it.
+  Generator next_generator();
   double p_;
 };
 

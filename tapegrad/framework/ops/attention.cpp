@@ -1,10 +1,11 @@
-// scaled_dot_product_attention: one record for softmax(q kᵀ · scale + mask) v. The forward runs one
-// (batch, head) block at a time on each thread: two GEMMs around a max-shifted row softmax, in one L x S buffer
-// per thread. It saves
-// per row the softmax's shift and log-total, not the weights; the first-order backward recomputes each
-// block's weights from them (flash-attention style) and under create_graph the same rules run as recorded
-// ops, so the gradients are differentiable.
+// scaled_dot_product_attention: one record for softmax(q kᵀ · scale + mask) v, and packed_self_attention
+// (ops/detail/attention_packed.h), the same over MultiheadAttention's packed projection. The block loops are
+// kernels/attention: per (batch, head) block two GEMMs around a max-shifted row softmax in one L x S buffer per
+// thread. The record saves per row the softmax's shift and log-total, not the weights; the first-order backward
+// recomputes each block's weights from them (flash-attention style) and under create_graph the same rules run
+// as recorded ops, so the gradients are differentiable.
 #include <tapegrad/framework/ops/attention.h>
+#include <tapegrad/framework/ops/detail/attention_packed.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,8 +16,8 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
-#include <tapegrad/framework/detail/parallel_loop.h>
-#include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/kernels/attention.h>
+#include <tapegrad/framework/kernels/dropout_mask.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/linalg.h>
@@ -30,14 +31,9 @@ namespace {
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-// Where each (batch, head) block of the operands lies, and what is applied to its scores.
-struct Plan {
+// The broadcast batch of q, k and v, and each block's place and treatment (kernels/attention.h).
+struct Plan : kernels::AttentionPlan {
   Shape batch;  // the broadcast leading dims of q, k and v
-  std::int64_t blocks = 1, L = 0, S = 0, E = 0, Ev = 0;
-  std::vector<std::int64_t> q_offset, k_offset, v_offset, mask_offset;  // element offset of block b
-  std::int64_t mask_row_stride = 0, mask_col_stride = 0;                // 0 where the mask broadcasts
-  bool has_mask = false, keep_mask = false, causal = false;
-  double scale = 1.0, dropout_p = 0.0;
 };
 
 // Element offsets of each block of a contiguous tensor of shape `shape` broadcast to batch + [rows, cols];
@@ -60,202 +56,11 @@ std::vector<std::int64_t> block_offsets(Shape shape, const Shape& batch, std::in
   return offsets;
 }
 
-// The dropout draw of dropout(): element i of the [..., L, S] weights is dropped when its 32-bit half of
-// 64-bit draw i / 2 is below p * 2^32. A stream walks the weights block by block, so forward and backward
-// (from a copy of the generator taken before the forward drew) see the same mask.
-class DropStream {
- public:
-  DropStream(Generator& generator, double p) : engine_(generator.engine()), cut_(p * 4294967296.0) {}
-  void next(unsigned char* keep, std::int64_t n) {
-    for (std::int64_t j = 0; j < n; ++j, ++index_) {
-      if ((index_ & 1) == 0) bits_ = engine_();
-      const auto half = static_cast<double>((index_ & 1) ? bits_ >> 32 : bits_ & 0xffffffffu);
-      keep[j] = half < cut_ ? 0 : 1;
-    }
-  }
-
- private:
-  std::mt19937_64& engine_;
-  double cut_;
-  std::uint64_t bits_ = 0, index_ = 0;
-};
-
-// 1 / (1 - p), the scale of kept weights; 0 when p == 1 (every weight dropped), as dropout().
-double kept_scale(double p) { return p == 1.0 ? 0.0 : 1.0 / (1.0 - p); }
-
-// C = alpha op(A) op(B) + beta C that also takes empty extents (GEMM libraries differ on k == 0).
-template <class T>
-void product(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
-             const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    return;
-  }
-  kernels::gemm(ta, tb, m, n, k, alpha, a, std::max<std::int64_t>(lda, 1), b, std::max<std::int64_t>(ldb, 1), beta, c,
-                std::max<std::int64_t>(ldc, 1));
-}
-
-// The scores of block b into w (L x S): q kᵀ · scale, plus the additive mask, or -inf where the keep-mask or
-// the causal rule excludes an entry.
-template <class T>
-void scores(const Plan& p, std::int64_t b, const T* q, const T* k, const T* mask, T* w) {
-  product(false, true, p.L, p.S, p.E, static_cast<T>(p.scale), q + p.q_offset[b], p.E, k + p.k_offset[b], p.E, T(0),
-          w, p.S);
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  for (std::int64_t r = 0; r < p.L; ++r) {
-    T* row = w + r * p.S;
-    if (p.has_mask) {
-      const T* m = mask + p.mask_offset[b] + r * p.mask_row_stride;
-      for (std::int64_t c = 0; c < p.S; ++c) {
-        const T value = m[c * p.mask_col_stride];
-        if (!p.keep_mask) row[c] += value;
-        else if (value == T(0)) row[c] = minus_inf;
-      }
-    }
-    if (p.causal)
-      for (std::int64_t c = r + 1; c < p.S; ++c) row[c] = minus_inf;
-  }
-}
-
-// Note: an infinite row maximum (a row with every entry excluded) shifts by 0, as softmax does: the row's
-// total is then 0 and its weights 0/0 = NaN, in the forward and in the recomputed backward alike.
-template <class T>
-T finite_shift(T m) {
-  return std::isinf(m) ? T(0) : m;
-}
-
-// How many (batch, head) blocks run at once, and on how many threads: the blocks are independent, so they
-// are split across the OpenMP threads (each with its own buffers), in rounds of a few blocks per thread whose
-// dropout bytes are drawn first, in block order, so that the mask is the one a serial walk would draw.
-struct Rounds {
-  int threads = 1;
-  std::int64_t size = 1;
-};
-
-Rounds rounds_for(const Plan& p, bool may_thread) {
-  Rounds r;
-  if (may_thread && p.blocks > 1 && detail::use_threads(p.blocks * p.L * p.S * std::max(p.E, p.Ev), 1 << 18)) {
-    r.threads = omp_get_max_threads();
-    r.size = std::min<std::int64_t>(p.blocks, 4 * static_cast<std::int64_t>(r.threads));
-  }
-  return r;
-}
-
-// Runs block(b, scratch index, keep bytes of b) for every block, round by round.
-template <class Block>
-void for_each_block(const Plan& p, const Rounds& rounds, std::optional<DropStream>& drops,
-                    std::vector<unsigned char>& keep, Block block) {
-  const std::int64_t n = p.L * p.S;
-  for (std::int64_t first = 0; first < p.blocks; first += rounds.size) {
-    const std::int64_t count = std::min(rounds.size, p.blocks - first);
-    if (drops) drops->next(keep.data(), count * n);
-    detail::parallel_for(count, rounds.threads > 1, [&](std::int64_t i) {
-      block(first + i, omp_in_parallel() ? omp_get_thread_num() : 0, drops ? keep.data() + i * n : nullptr);
-    });
-  }
-}
-
-// One past the last entry of a row of scores that takes part (a causal or padding mask excludes a tail of
-// -inf): the exponentials stop there, the rest of the row is 0. A row with no entry taking part is walked
-// whole, so that it comes out NaN as before (see finite_shift).
-template <class T>
-std::int64_t live_end(const T* row, std::int64_t S) {
-  std::int64_t end = S;
-  while (end > 0 && row[end - 1] == -std::numeric_limits<T>::infinity()) --end;
-  return end == 0 ? S : end;
-}
-
-template <class T>
-void forward_kernel(const Plan& p, const T* q, const T* k, const T* v, const T* mask, Generator* generator, T* out,
-                    T* row_shift, T* row_log_total) {
-  const Rounds rounds = rounds_for(p, true);
-  const auto n = static_cast<std::size_t>(p.L * p.S);
-  std::vector<T> buffers(n * static_cast<std::size_t>(rounds.threads));
-  std::vector<unsigned char> keep(p.dropout_p > 0 ? n * static_cast<std::size_t>(rounds.size) : 0);
-  std::optional<DropStream> drops;
-  if (generator) drops.emplace(*generator, p.dropout_p);
-  const T kept = static_cast<T>(kept_scale(p.dropout_p));
-  for_each_block(p, rounds, drops, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
-    T* w = buffers.data() + static_cast<std::size_t>(thread) * n;
-    scores(p, b, q, k, mask, w);
-    for (std::int64_t r = 0; r < p.L; ++r) {
-      T* row = w + r * p.S;
-      const std::int64_t end = live_end(row, p.S);
-      T m = -std::numeric_limits<T>::infinity(), total = 0;
-      for (std::int64_t c = 0; c < end; ++c) m = std::max(m, row[c]);
-      m = finite_shift(m);
-      for (std::int64_t c = 0; c < end; ++c) total += (row[c] = std::exp(row[c] - m));
-      for (std::int64_t c = 0; c < end; ++c) row[c] /= total;
-      for (std::int64_t c = end; c < p.S; ++c) row[c] = T(0);
-      row_shift[b * p.L + r] = m;
-      row_log_total[b * p.L + r] = std::log(total);
-    }
-    if (keep_b)
-      for (std::size_t j = 0; j < n; ++j) w[j] = w[j] * (keep_b[j] ? kept : T(0));
-    product(false, false, p.L, p.Ev, p.S, T(1), w, p.S, v + p.v_offset[b], p.Ev, T(0), out + b * p.L * p.Ev, p.Ev);
-  });
-}
-
 // True when no two blocks share an operand block (nothing broadcast), so their gradients can be written at once.
 bool distinct_blocks(const std::vector<std::int64_t>& offsets) {
   for (std::size_t b = 1; b < offsets.size(); ++b)
     if (offsets[b] <= offsets[b - 1]) return false;
   return true;
-}
-
-// First-order backward, block by block, without recording. Per block it holds the weights P (recomputed from
-// the saved shift and log-total), a second L x S buffer (P∘M for dv, then dP, then dS) and, with dropout, the
-// block's keep bytes M. With D = rowsum(dP∘P): dS = P∘(dP - D), dq += scale dS k, dk += scale dSᵀ q,
-// dv += (P∘M)ᵀ g, dmask += dS. Gradients of broadcast operands accumulate into their own blocks (beta = 1).
-template <class T>
-void backward_kernel(const Plan& p, const T* q, const T* k, const T* v, const T* mask, const T* g,
-                     const T* row_shift, const T* row_log_total, Generator* generator, T* dq, T* dk, T* dv, T* dmask) {
-  const bool disjoint = !dmask && distinct_blocks(p.q_offset) && distinct_blocks(p.k_offset) &&
-                        distinct_blocks(p.v_offset);
-  const Rounds rounds = rounds_for(p, disjoint);
-  const auto n = static_cast<std::size_t>(p.L * p.S);
-  std::vector<T> buffers(2 * n * static_cast<std::size_t>(rounds.threads));
-  std::vector<unsigned char> keep(p.dropout_p > 0 ? n * static_cast<std::size_t>(rounds.size) : 0);
-  std::optional<DropStream> drops;
-  if (generator) drops.emplace(*generator, p.dropout_p);
-  const T kept = static_cast<T>(kept_scale(p.dropout_p)), scale = static_cast<T>(p.scale);
-  for_each_block(p, rounds, drops, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
-    T* w = buffers.data() + 2 * n * static_cast<std::size_t>(thread);
-    T* work = w + n;
-    scores(p, b, q, k, mask, w);
-    for (std::int64_t r = 0; r < p.L; ++r) {
-      T* row = w + r * p.S;
-      const std::int64_t end = live_end(row, p.S);
-      const T shift = row_shift[b * p.L + r], log_total = row_log_total[b * p.L + r];
-      for (std::int64_t c = 0; c < end; ++c) row[c] = std::exp((row[c] - shift) - log_total);
-      for (std::int64_t c = end; c < p.S; ++c) row[c] = T(0);
-    }
-    const auto factor = [&](std::size_t j) { return keep_b ? (keep_b[j] ? kept : T(0)) : T(1); };
-    const T* gb = g + b * p.L * p.Ev;
-    if (dv) {
-      for (std::size_t j = 0; j < n; ++j) work[j] = w[j] * factor(j);
-      product(true, false, p.S, p.Ev, p.L, T(1), work, p.S, gb, p.Ev, T(1), dv + p.v_offset[b], p.Ev);
-    }
-    if (!dq && !dk && !dmask) return;
-    product(false, true, p.L, p.S, p.Ev, T(1), gb, p.Ev, v + p.v_offset[b], p.Ev, T(0), work, p.S);
-    for (std::int64_t r = 0; r < p.L; ++r) {
-      T* d = work + r * p.S;
-      const T* pr = w + r * p.S;
-      T dot = 0;
-      for (std::int64_t c = 0; c < p.S; ++c) dot += (d[c] *= factor(static_cast<std::size_t>(r * p.S + c))) * pr[c];
-      for (std::int64_t c = 0; c < p.S; ++c) d[c] = pr[c] * (d[c] - dot);
-      if (dmask) {
-        T* m = dmask + p.mask_offset[b] + r * p.mask_row_stride;
-        for (std::int64_t c = 0; c < p.S; ++c) m[c * p.mask_col_stride] += d[c];
-      }
-    }
-    if (dq)
-      product(false, false, p.L, p.E, p.S, scale, work, p.S, k + p.k_offset[b], p.E, T(1), dq + p.q_offset[b], p.E);
-    if (dk)
-      product(true, false, p.S, p.E, p.L, scale, work, p.S, q + p.q_offset[b], p.E, T(1), dk + p.k_offset[b], p.E);
-  });
 }
 
 // The dropout factors of every weight, [batch..., L, S] (M = keep / (1 - p)), for the composed backward.
@@ -265,11 +70,12 @@ Tensor dropout_factors(const Plan& p, Generator generator, DType dtype) {
   shape.push_back(p.S);
   Tensor factors = empty(shape, dtype);
   std::vector<unsigned char> keep(static_cast<std::size_t>(factors.numel()));
-  DropStream(generator, p.dropout_p).next(keep.data(), factors.numel());
+  kernels::DropoutStream(generator, p.dropout_p).next(keep.data(), factors.numel());
   detail::dispatch_floating(dtype, kOp, [&](auto tag) {
     using T = decltype(tag);
     T* f = factors.data<T>();
-    for (std::size_t j = 0; j < keep.size(); ++j) f[j] = keep[j] ? static_cast<T>(kept_scale(p.dropout_p)) : T(0);
+    const T kept = p.dropout_p == 1.0 ? T(0) : static_cast<T>(1.0 / (1.0 - p.dropout_p));
+    for (std::size_t j = 0; j < keep.size(); ++j) f[j] = keep[j] ? kept : T(0);
   });
   return factors;
 }
@@ -337,9 +143,11 @@ Plan make_plan(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
   p.dropout_p = dropout_p;
   p.scale = 1.0 / std::sqrt(static_cast<double>(p.E));
   p.blocks = shape_numel(p.batch);
-  p.q_offset = block_offsets(q.shape(), p.batch);
-  p.k_offset = block_offsets(k.shape(), p.batch);
-  p.v_offset = block_offsets(v.shape(), p.batch);
+  // The kernels read contiguous copies of q, k and v (scaled_dot_product_attention makes them).
+  p.q = {block_offsets(q.shape(), p.batch), p.E};
+  p.k = {block_offsets(k.shape(), p.batch), p.E};
+  p.v = {block_offsets(v.shape(), p.batch), p.Ev};
+  p.out = {block_offsets(Shape{p.blocks, p.L, p.Ev}, Shape{p.blocks}), p.Ev};
   if (p.has_mask) p.mask_offset = block_offsets(mask.shape(), p.batch, &p.mask_row_stride, &p.mask_col_stride);
   return p;
 }
@@ -393,9 +201,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (p.dropout_p > 0 && should_record({q, k, v, differentiable_mask})) replay = generator;
   detail::dispatch_floating(q.dtype(), kOp, [&](auto tag) {
     using T = decltype(tag);
-    forward_kernel(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), mc.defined() ? mc.data<T>() : nullptr,
-                   p.dropout_p > 0 ? &generator : nullptr, out.data<T>(), row_shift.data<T>(),
-                   row_log_total.data<T>());
+    kernels::attention_forward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), mc.defined() ? mc.data<T>() : nullptr,
+                                  p.dropout_p > 0 ? &generator : nullptr, out.data<T>(), row_shift.data<T>(),
+                                  row_log_total.data<T>());
   });
   return record_if_needed(kOp, out, {q, k, v, differentiable_mask}, [&] {
     return [p, sq = SavedTensor(q, kOp), sk = SavedTensor(k, kOp), sv = SavedTensor(v, kOp),
@@ -407,20 +215,114 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       const Tensor qv = sq.get().detach().contiguous(), kv = sk.get().detach().contiguous(),
                    vv = sv.get().detach().contiguous(), gv = g.detach().contiguous();
       const Tensor mv = mask_values.defined() ? mask_values.detach().contiguous() : Tensor();
+      // Note: when no two blocks share an operand block, each block writes its own gradient blocks once
+      // (nothing to zero first) and blocks run on several threads; broadcast operands accumulate.
+      const bool disjoint = !needs[3] && distinct_blocks(p.q.offset) && distinct_blocks(p.k.offset) &&
+                            distinct_blocks(p.v.offset);
+      const auto gradient = [&](const Tensor& like) {
+        return disjoint ? empty(like.shape(), like.dtype()) : zeros(like.shape(), TensorOptions{}.with_dtype(like.dtype()));
+      };
       std::vector<Tensor> grads(4);
-      if (needs[0]) grads[0] = zeros(qv.shape(), TensorOptions{}.with_dtype(qv.dtype()));
-      if (needs[1]) grads[1] = zeros(kv.shape(), TensorOptions{}.with_dtype(qv.dtype()));
-      if (needs[2]) grads[2] = zeros(vv.shape(), TensorOptions{}.with_dtype(qv.dtype()));
+      if (needs[0]) grads[0] = gradient(qv);
+      if (needs[1]) grads[1] = gradient(kv);
+      if (needs[2]) grads[2] = gradient(vv);
       if (needs[3]) grads[3] = zeros(mv.shape(), TensorOptions{}.with_dtype(qv.dtype()));
       std::optional<Generator> stream = replay;  // a fresh copy: a retained graph may run backward again
       detail::dispatch_floating(qv.dtype(), kOp, [&](auto tag) {
         using T = decltype(tag);
         const auto out_ptr = [](Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-        backward_kernel(p, qv.data<T>(), kv.data<T>(), vv.data<T>(), mv.defined() ? mv.data<T>() : nullptr,
-                        gv.data<T>(), sshift.get().data<T>(), slog.get().data<T>(), stream ? &*stream : nullptr,
-                        out_ptr(grads[0]), out_ptr(grads[1]), out_ptr(grads[2]), out_ptr(grads[3]));
+        kernels::AttentionGradients<T> into;
+        into.dq = out_ptr(grads[0]), into.dk = out_ptr(grads[1]), into.dv = out_ptr(grads[2]);
+        into.dmask = out_ptr(grads[3]);
+        into.dq_layout = p.q, into.dk_layout = p.k, into.dv_layout = p.v;
+        into.overwrite = into.disjoint = disjoint;
+        kernels::attention_backward<T>(p, qv.data<T>(), kv.data<T>(), vv.data<T>(), mv.defined() ? mv.data<T>() : nullptr,
+                                       gv.data<T>(), sshift.get().data<T>(), slog.get().data<T>(),
+                                       stream ? &*stream : nullptr, into);
       });
       return grads;
+    };
+  });
+}
+
+Tensor detail::packed_self_attention(const Tensor& qkv_in, std::int64_t heads, const Tensor& mask_in,
+                                     double dropout_p, Generator& generator) {
+  constexpr const char* op = "packed_self_attention";
+  const Tensor qkv = qkv_in.contiguous(), mask = mask_in.defined() ? mask_in.contiguous() : Tensor();
+  if (qkv.dim() != 3 || heads <= 0 || qkv.size(2) % (3 * heads) != 0 || !is_floating(qkv.dtype()))
+    fail("{}: expected a float [L, B, 3E] projection with E divisible by {} heads, got {} {}", op, heads,
+         dtype_name(qkv.dtype()), shape_string(qkv.shape()));
+  const std::int64_t L = qkv.size(0), B = qkv.size(1), E = qkv.size(2) / 3, hd = E / heads;
+  Plan p;
+  p.batch = {B * heads};
+  p.blocks = B * heads, p.L = L, p.S = L, p.E = hd, p.Ev = hd;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  p.dropout_p = dropout_p;
+  p.has_mask = mask.defined();
+  if (p.has_mask) {
+    if (mask.requires_grad() || mask.dtype() != qkv.dtype() || mask.dim() > 3)
+      fail("{}: the mask must be an additive {} tensor without grad, broadcasting to [{}, {}, {}], got {} {}", op,
+           dtype_name(qkv.dtype()), B * heads, L, L, dtype_name(mask.dtype()), shape_string(mask.shape()));
+    p.mask_offset = block_offsets(mask.shape(), p.batch, &p.mask_row_stride, &p.mask_col_stride);
+  }
+  // Block (sample i, head h) of q starts at row 0, column i * 3E + h * hd of the [L, B * 3E] matrix; k and v
+  // E and 2E columns further; the output's at i * E + h * hd of [L, B * E].
+  std::vector<std::int64_t> q_offset(static_cast<std::size_t>(p.blocks)), out_offset(q_offset.size());
+  for (std::int64_t b = 0; b < p.blocks; ++b) {
+    q_offset[static_cast<std::size_t>(b)] = (b / heads) * 3 * E + (b % heads) * hd;
+    out_offset[static_cast<std::size_t>(b)] = (b / heads) * E + (b % heads) * hd;
+  }
+  const auto shifted = [&](std::int64_t by) {
+    std::vector<std::int64_t> offsets = q_offset;
+    for (auto& o : offsets) o += by;
+    return kernels::BlockLayout{offsets, B * 3 * E};
+  };
+  p.q = shifted(0), p.k = shifted(E), p.v = shifted(2 * E);
+  p.out = {out_offset, B * E};
+  Tensor out = empty({L, B, E}, qkv.dtype());
+  Tensor row_shift = empty({p.blocks, L}, qkv.dtype()), row_log_total = empty({p.blocks, L}, qkv.dtype());
+  std::optional<Generator> replay;
+  if (dropout_p > 0 && should_record({qkv})) replay = generator;
+  detail::dispatch_floating(qkv.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    kernels::attention_forward<T>(p, qkv.data<T>(), qkv.data<T>(), qkv.data<T>(), p.has_mask ? mask.data<T>() : nullptr,
+                                  dropout_p > 0 ? &generator : nullptr, out.data<T>(), row_shift.data<T>(),
+                                  row_log_total.data<T>());
+  });
+  return record_if_needed(op, out, {qkv}, [&] {
+    return [p, sqkv = SavedTensor(qkv, op), mask, sshift = SavedTensor(row_shift, op),
+            slog = SavedTensor(row_log_total, op), replay, heads](const Tensor& g, NeedsGrad needs) {
+      const Tensor& x = sqkv.get();
+      const std::int64_t L = p.L, B = x.size(1), E = x.size(2) / 3, hd = p.E;
+      if (is_grad_enabled()) {
+        // create_graph: the composed rules on [B * heads, L, hd] views of the thirds, differentiable in g and qkv.
+        const auto heads_of = [&](const Tensor& t) {  // [L, B, E] -> [B * heads, L, hd]
+          return t.reshape({L, B, heads, hd}).permute({1, 2, 0, 3}).reshape({B * heads, L, hd});
+        };
+        const auto third = [&](std::int64_t i) { return heads_of(x.narrow(2, i * E, E)); };
+        std::vector<Tensor> parts = composed_backward(p, heads_of(g), third(0), third(1), third(2), mask,
+                                                      replay ? &*replay : nullptr, NeedsGrad(0b0111));
+        for (Tensor& part : parts)
+          if (part.defined()) part = part.reshape({B, heads, L, hd}).permute({2, 0, 1, 3}).reshape({L, B, E});
+        return std::vector<Tensor>{cat({parts[0], parts[1], parts[2]}, 2)};
+      }
+      (void)needs;
+      const Tensor gv = g.detach().contiguous();
+      Tensor dqkv = empty(x.shape(), x.dtype());
+      std::optional<Generator> stream = replay;  // a fresh copy: a retained graph may run backward again
+      detail::dispatch_floating(x.dtype(), "packed_self_attention", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::AttentionGradients<T> into;
+        T* d = dqkv.data<T>();
+        into.dq = d, into.dk = d, into.dv = d;
+        into.dq_layout = p.q, into.dk_layout = p.k, into.dv_layout = p.v;
+        into.overwrite = into.disjoint = true;  // every element of dqkv belongs to one block of one third
+        const T* values = x.data<T>();
+        kernels::attention_backward<T>(p, values, values, values, mask.defined() ? mask.data<T>() : nullptr,
+                                       gv.data<T>(), sshift.get().data<T>(), slog.get().data<T>(),
+                                       stream ? &*stream : nullptr, into);
+      });
+      return std::vector<Tensor>{dqkv};
     };
   });
 }
