@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/framework/init.h>
 #include <tapegrad/framework/ops/dropout.h>
 #include <tapegrad/framework/ops/linalg.h>
@@ -78,6 +79,10 @@ Tensor RecurrentBase::layer_parameter(const std::string& name, std::int64_t laye
 Tensor RecurrentBase::forward(const Tensor& input) { return run(input, Tensor(), Tensor(), false).output; }
 
 LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const Tensor& c0_given, bool states) {
+  // Note: ONNX export. While tracing, the whole stack reports itself as one op, "nn.recurrent", with the caller's
+  // input and states and the parameters by name (framework/onnx/detail/converters_recurrent.cpp writes ONNX's
+  // RNN / LSTM / GRU nodes from it); the ops inside stay silent.
+  trace::LayerScope scope(*this);
   const char* name = type_name().c_str();
   const Spec& s = spec_;
   const bool lstm = s.kind == RecurrentKind::LSTM;
@@ -113,6 +118,16 @@ LSTMResult RecurrentBase::run(const Tensor& input, const Tensor& h0_given, const
     if (states && lstm) result.c_n = result.c_n.squeeze(1);
   } else if (s.batch_first) {
     result.output = result.output.transpose(0, 1);
+  }
+  if (scope.tracing()) {
+    trace::Attributes attributes{{"kind", static_cast<std::int64_t>(s.kind)}, {"hidden_size", H}, {"num_layers", L},
+                                 {"bidirectional", std::int64_t{D == 2}}, {"batch_first", std::int64_t{s.batch_first}},
+                                 {"bias", std::int64_t{s.bias}}, {"proj_size", s.proj_size}};
+    for (const auto& [parameter, value] : named_parameters()) attributes.push_back({parameter, value});
+    std::vector<Tensor> outputs{result.output};
+    if (states) outputs.push_back(result.h_n);
+    if (states && lstm) outputs.push_back(result.c_n);
+    scope.report("nn.recurrent", {input, h0_given, c0_given}, outputs, std::move(attributes));
   }
   return result;
 }
