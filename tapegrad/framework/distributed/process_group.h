@@ -23,7 +23,8 @@ enum class ReduceOp { Sum, Mean };
 class Work {
  public:
   Work() = default;
-  /// Lets MPI progress once; true when the collective has completed (the tensor then holds the result).
+  /// Lets MPI progress once, without yielding the core (Open MPI); true when the collective has completed
+  /// (the tensor then holds the result).
   bool test();
   /// Blocks until the collective has completed.
   void wait();

@@ -97,7 +97,8 @@ class Reducer : public autograd::BackwardObserver, public std::enable_shared_fro
   std::vector<std::uint64_t> written_versions_;
   std::vector<Tensor> empty_;
   std::size_t last_bucket_count_ = 0;
-  std::size_t started_since_record_ = 0;  // buckets started since the last record ran
+  std::size_t started_since_record_ = 0;   // buckets started since the last record ran
+  std::size_t started_before_record_ = 0;  // buckets started just before it ran: early if another one runs
   ReducerStatistics statistics_;
 };
 
