@@ -255,16 +255,18 @@ Rounds rounds_for(const AttentionPlan& p, bool may_thread) {
   return r;
 }
 
-// Runs block(b, scratch index, keep bytes of b) for every block, round by round.
+// Runs block(b, scratch index, keep bytes of b) for every block, round by round: the keep bytes are the whole
+// mask's (`all_keep`, blocks * L * S), or those of each round drawn from `drops` before it, or none.
 template <class Block>
 void for_each_block(const AttentionPlan& p, const Rounds& rounds, std::optional<DropoutStream>& drops,
-                    std::vector<unsigned char>& keep, Block block) {
+                    const unsigned char* all_keep, std::vector<unsigned char>& keep, Block block) {
   const std::int64_t n = p.L * p.S;
   for (std::int64_t first = 0; first < p.blocks; first += rounds.size) {
     const std::int64_t count = std::min(rounds.size, p.blocks - first);
-    if (drops) drops->next(keep.data(), count * n);
+    if (drops && !all_keep) drops->next(keep.data(), count * n);
     detail::parallel_for(count, rounds.threads > 1, [&](std::int64_t i) {
-      block(first + i, omp_in_parallel() ? omp_get_thread_num() : 0, drops ? keep.data() + i * n : nullptr);
+      const unsigned char* keep_b = all_keep ? all_keep + (first + i) * n : (drops ? keep.data() + i * n : nullptr);
+      block(first + i, omp_in_parallel() ? omp_get_thread_num() : 0, keep_b);
     });
   }
 }
@@ -273,15 +275,17 @@ void for_each_block(const AttentionPlan& p, const Rounds& rounds, std::optional<
 
 template <class T>
 void attention_forward(const AttentionPlan& p, const T* q, const T* k, const T* v, const T* mask, Generator* generator,
-                       T* out, T* row_shift, T* row_log_total) {
+                       unsigned char* keep_out, T* out, T* row_shift, T* row_log_total) {
   const Rounds rounds = rounds_for(p, true);
   const auto n = static_cast<std::size_t>(p.L * p.S);
   std::vector<T> buffers(n * static_cast<std::size_t>(rounds.threads));
-  std::vector<unsigned char> keep(generator ? n * static_cast<std::size_t>(rounds.size) : 0);
+  std::vector<unsigned char> keep(generator && !keep_out ? n * static_cast<std::size_t>(rounds.size) : 0);
   std::optional<DropoutStream> drops;
   if (generator) drops.emplace(*generator, p.dropout_p);
+  if (generator && keep_out) drops->next(keep_out, p.blocks * static_cast<std::int64_t>(n));
   const T kept = static_cast<T>(kept_scale(p.dropout_p));
-  for_each_block(p, rounds, drops, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
+  for_each_block(p, rounds, drops, generator ? keep_out : nullptr, keep,
+                 [&](std::int64_t b, int thread, const unsigned char* keep_b) {
     T* w = buffers.data() + static_cast<std::size_t>(thread) * n;
     scores(p, b, q, k, mask, w);
     softmax_rows(p.L, p.S, w, row_shift + b * p.L, row_log_total + b * p.L);
@@ -296,17 +300,17 @@ void attention_forward(const AttentionPlan& p, const T* q, const T* k, const T* 
 // dS = P∘(dP∘M - D), dq += scale dS k, dk += scale dSᵀ q, dv += (P∘M)ᵀ g, dmask += dS.
 template <class T>
 void attention_backward(const AttentionPlan& p, const T* q, const T* k, const T* v, const T* mask, const T* g,
-                        const T* row_shift, const T* row_log_total, Generator* generator,
-                        const AttentionGradients<T>& grads) {
+                        const T* row_shift, const T* row_log_total, const unsigned char* saved_keep,
+                        Generator* generator, const AttentionGradients<T>& grads) {
   const Rounds rounds = rounds_for(p, grads.disjoint);
   const auto n = static_cast<std::size_t>(p.L * p.S);
   std::vector<T> buffers(2 * n * static_cast<std::size_t>(rounds.threads));
-  std::vector<unsigned char> keep(generator ? n * static_cast<std::size_t>(rounds.size) : 0);
+  std::vector<unsigned char> keep(generator && !saved_keep ? n * static_cast<std::size_t>(rounds.size) : 0);
   std::optional<DropoutStream> drops;
-  if (generator) drops.emplace(*generator, p.dropout_p);
+  if (generator && !saved_keep) drops.emplace(*generator, p.dropout_p);
   const T kept = static_cast<T>(kept_scale(p.dropout_p)), scale = static_cast<T>(p.scale);
   const T beta = grads.overwrite ? T(0) : T(1);
-  for_each_block(p, rounds, drops, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
+  for_each_block(p, rounds, drops, saved_keep, keep, [&](std::int64_t b, int thread, const unsigned char* keep_b) {
     T* w = buffers.data() + 2 * n * static_cast<std::size_t>(thread);
     T* work = w + n;
     scores(p, b, q, k, mask, w);
@@ -339,14 +343,14 @@ void attention_backward(const AttentionPlan& p, const T* q, const T* k, const T*
 }
 
 template void attention_forward<float>(const AttentionPlan&, const float*, const float*, const float*, const float*,
-                                       Generator*, float*, float*, float*);
+                                       Generator*, unsigned char*, float*, float*, float*);
 template void attention_forward<double>(const AttentionPlan&, const double*, const double*, const double*,
-                                        const double*, Generator*, double*, double*, double*);
+                                        const double*, Generator*, unsigned char*, double*, double*, double*);
 template void attention_backward<float>(const AttentionPlan&, const float*, const float*, const float*, const float*,
-                                        const float*, const float*, const float*, Generator*,
+                                        const float*, const float*, const float*, const unsigned char*, Generator*,
                                         const AttentionGradients<float>&);
 template void attention_backward<double>(const AttentionPlan&, const double*, const double*, const double*,
-                                         const double*, const double*, const double*, const double*, Generator*,
-                                         const AttentionGradients<double>&);
+                                         const double*, const double*, const double*, const double*,
+                                         const unsigned char*, Generator*, const AttentionGradients<double>&);
 
 }  // namespace tapegrad::kernels

@@ -40,16 +40,18 @@ struct AttentionGradients {
 };
 
 /// Forward: out, and per row of each block the softmax's shift and log-total ([blocks, L], contiguous). With a
-/// generator (dropout_p > 0) the weights are dropped as dropout() drops a [blocks, L, S] tensor drawn from it.
+/// generator (dropout_p > 0) the weights are dropped as dropout() drops a [blocks, L, S] tensor drawn from it;
+/// with `keep_out` too, the whole mask's keep bytes (blocks * L * S) are left there for the backward.
 template <class T>
 void attention_forward(const AttentionPlan& p, const T* q, const T* k, const T* v, const T* mask, Generator* generator,
-                       T* out, T* row_shift, T* row_log_total);
+                       unsigned char* keep_out, T* out, T* row_shift, T* row_log_total);
 
 /// First-order backward from the output's gradient g (laid out as out), recomputing each block's weights from
-/// the saved shift and log-total; `generator` is a copy of the forward's, taken before it drew.
+/// the saved shift and log-total. Dropout: the forward's keep bytes, or else `generator`, a copy of the forward's
+/// taken before it drew, which replays them.
 template <class T>
 void attention_backward(const AttentionPlan& p, const T* q, const T* k, const T* v, const T* mask, const T* g,
-                        const T* row_shift, const T* row_log_total, Generator* generator,
+                        const T* row_shift, const T* row_log_total, const unsigned char* keep, Generator* generator,
                         const AttentionGradients<T>& grads);
 
 }  // namespace tapegrad::kernels

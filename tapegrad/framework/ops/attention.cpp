@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
 #include <tapegrad/framework/ops/softmax.h>
+#include <tapegrad/framework/storage.h>
 
 namespace tapegrad {
 
@@ -202,9 +204,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   detail::dispatch_floating(q.dtype(), kOp, [&](auto tag) {
     using T = decltype(tag);
     kernels::attention_forward<T>(p, qc.data<T>(), kc.data<T>(), vc.data<T>(), mc.defined() ? mc.data<T>() : nullptr,
-                                  p.dropout_p > 0 ? &generator : nullptr, out.data<T>(), row_shift.data<T>(),
+                                  p.dropout_p > 0 ? &generator : nullptr, nullptr, out.data<T>(), row_shift.data<T>(),
                                   row_log_total.data<T>());
   });
+  // Note: for the ONNX exporter (framework/onnx/detail/converters_attention.cpp), what the inputs do not say.
+  if (trace::active()) [[unlikely]]
+    trace::annotate(out, {{"is_causal", std::int64_t{is_causal}}, {"dropout_p", p.dropout_p},
+                          {"keep_mask", p.keep_mask ? mask : Tensor()}});
   return record_if_needed(kOp, out, {q, k, v, differentiable_mask}, [&] {
     return [p, sq = SavedTensor(q, kOp), sk = SavedTensor(k, kOp), sv = SavedTensor(v, kOp),
             smask = mask.defined() ? SavedTensor(mask, kOp) : SavedTensor(), sshift = SavedTensor(row_shift, kOp),
@@ -237,7 +243,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         into.dq_layout = p.q, into.dk_layout = p.k, into.dv_layout = p.v;
         into.overwrite = into.disjoint = disjoint;
         kernels::attention_backward<T>(p, qv.data<T>(), kv.data<T>(), vv.data<T>(), mv.defined() ? mv.data<T>() : nullptr,
-                                       gv.data<T>(), sshift.get().data<T>(), slog.get().data<T>(),
+                                       gv.data<T>(), sshift.get().data<T>(), slog.get().data<T>(), nullptr,
                                        stream ? &*stream : nullptr, into);
       });
       return grads;
@@ -281,17 +287,25 @@ Tensor detail::packed_self_attention(const Tensor& qkv_in, std::int64_t heads, c
   p.out = {out_offset, B * E};
   Tensor out = empty({L, B, E}, qkv.dtype());
   Tensor row_shift = empty({p.blocks, L}, qkv.dtype()), row_log_total = empty({p.blocks, L}, qkv.dtype());
+  // Note: with dropout, the record keeps the mask's keep bytes (blocks * L * L, a quarter of the float32 weights)
+  // for the first-order backward, which would otherwise draw the whole mask again (the generator is serial), and a
+  // copy of the generator for the create_graph backward.
   std::optional<Generator> replay;
-  if (dropout_p > 0 && should_record({qkv})) replay = generator;
+  std::shared_ptr<Storage> keep;
+  if (dropout_p > 0 && should_record({qkv})) {
+    replay = generator;
+    keep = std::make_shared<Storage>(static_cast<std::size_t>(p.blocks * L * L));
+  }
   detail::dispatch_floating(qkv.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     kernels::attention_forward<T>(p, qkv.data<T>(), qkv.data<T>(), qkv.data<T>(), p.has_mask ? mask.data<T>() : nullptr,
-                                  dropout_p > 0 ? &generator : nullptr, out.data<T>(), row_shift.data<T>(),
+                                  dropout_p > 0 ? &generator : nullptr,
+                                  keep ? static_cast<unsigned char*>(keep->data()) : nullptr, out.data<T>(), row_shift.data<T>(),
                                   row_log_total.data<T>());
   });
   return record_if_needed(op, out, {qkv}, [&] {
     return [p, sqkv = SavedTensor(qkv, op), mask, sshift = SavedTensor(row_shift, op),
-            slog = SavedTensor(row_log_total, op), replay, heads](const Tensor& g, NeedsGrad needs) {
+            slog = SavedTensor(row_log_total, op), replay, keep, heads](const Tensor& g, NeedsGrad needs) {
       const Tensor& x = sqkv.get();
       const std::int64_t L = p.L, B = x.size(1), E = x.size(2) / 3, hd = p.E;
       if (is_grad_enabled()) {
@@ -309,7 +323,6 @@ Tensor detail::packed_self_attention(const Tensor& qkv_in, std::int64_t heads, c
       (void)needs;
       const Tensor gv = g.detach().contiguous();
       Tensor dqkv = empty(x.shape(), x.dtype());
-      std::optional<Generator> stream = replay;  // a fresh copy: a retained graph may run backward again
       detail::dispatch_floating(x.dtype(), "packed_self_attention", [&](auto tag) {
         using T = decltype(tag);
         kernels::AttentionGradients<T> into;
@@ -320,7 +333,7 @@ Tensor detail::packed_self_attention(const Tensor& qkv_in, std::int64_t heads, c
         const T* values = x.data<T>();
         kernels::attention_backward<T>(p, values, values, values, mask.defined() ? mask.data<T>() : nullptr,
                                        gv.data<T>(), sshift.get().data<T>(), slog.get().data<T>(),
-                                       stream ? &*stream : nullptr, into);
+                                       keep ? static_cast<const unsigned char*>(keep->data()) : nullptr, nullptr, into);
       });
       return std::vector<Tensor>{dqkv};
     };

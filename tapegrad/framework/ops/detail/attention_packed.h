@@ -13,6 +13,8 @@ namespace tapegrad::detail {
 /// into heads; block b = sample * heads + head, as MultiheadAttention's [B * heads, L, head_dim] view. mask:
 /// undefined or additive, broadcasting to [B * heads, L, L], not requiring grad. dropout_p > 0 draws from
 /// `generator` as scaled_dot_product_attention does. Returns [L, B, E].
+/// Note: with dropout the record keeps the mask's keep bytes (B * heads * L * L bytes) instead of replaying it from
+/// the generator in backward: the draws are serial and were a tenth of a Transformer step's dropout work.
 Tensor packed_self_attention(const Tensor& qkv, std::int64_t heads, const Tensor& mask, double dropout_p,
                              Generator& generator);
 
