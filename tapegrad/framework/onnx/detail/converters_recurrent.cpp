@@ -103,6 +103,12 @@ void recurrent(Context& c) {
 
 }  // namespace
 
-void add_recurrent_converters(std::map<std::string, Converter>& table) { table["nn.recurrent"] = recurrent; }
+// converters_attention.cpp: scaled_dot_product_attention, registered with the recurrent layers (the sequence models).
+void add_attention_converters(std::map<std::string, Converter>& table);
+
+void add_recurrent_converters(std::map<std::string, Converter>& table) {
+  table["nn.recurrent"] = recurrent;
+  add_attention_converters(table);
+}
 
 }  // namespace tapegrad::onnx::detail
