@@ -3,8 +3,8 @@
 # `ssh HOST COMMAND` to start its daemon (orted) on HOST, this runs COMMAND in the network namespace named HOST,
 # under its own hostname HOST.
 #   emulate_hosts_agent.sh [ssh-style options] HOST COMMAND...
-# Note: the hostname matters: Open MPI names each daemon's session directory (under /tmp, which the emulated
-# hosts share) and tells nodes apart by hostname, and every namespace would otherwise report the machine's.
+# Note: with its own hostname each host is named in Open MPI's messages (which node a rank died on) and keeps its
+# own session directory under /tmp, which the emulated hosts share; otherwise every one reports the machine's.
 set -euo pipefail
 prefix="${TAPEGRAD_EMULATED_HOSTS_PREFIX:?emulate_hosts_agent.sh: TAPEGRAD_EMULATED_HOSTS_PREFIX is not set (run through scripts/emulate_hosts.sh)}"
 while [[ $# -gt 0 && "$1" == -* ]]; do shift; done  # options meant for ssh (Open MPI adds none for this agent today)
