@@ -3,7 +3,7 @@
 // Anything else (a crash, a sanitizer report, another exception, a hang) is a bug.
 // Note: the limits are tighter than the defaults (1 Mi pixels) so that one execution stays fast; the checks
 // they exercise are the same. Both channel counts run, since grey and RGB take different conversion paths.
-// Seeds: none are written yet (fuzz/make_seeds.cpp has no image seeds); libFuzzer starts from empty inputs.
+// Seeds: fuzz/image_seeds.cpp writes valid PNG and JPEG files of each kind ImageFolder meets.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

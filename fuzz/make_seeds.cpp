@@ -213,19 +213,24 @@ void hostile_safetensors_seeds(const fs::path& dir) {
 
 }  // namespace
 
+void image_seeds(const fs::path& dir);  // image_seeds.cpp
+void csv_seeds(const fs::path& dir);    // image_seeds.cpp
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: fuzz_seeds DIR\n  writes a seed corpus for each fuzz target into DIR/<target>/\n");
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* target : {"checkpoint_fuzz", "idx_fuzz", "pytorch_fuzz", "safetensors_fuzz"})
+  for (const char* target : {"checkpoint_fuzz", "idx_fuzz", "pytorch_fuzz", "safetensors_fuzz", "image_fuzz", "csv_fuzz"})
     fs::create_directories(root / target);
   checkpoint_seeds(root / "checkpoint_fuzz");
   idx_seeds(root / "idx_fuzz");
   foreign_seeds(root / "pytorch_fuzz", root / "safetensors_fuzz");
   hostile_pytorch_seeds(root / "pytorch_fuzz");
   hostile_safetensors_seeds(root / "safetensors_fuzz");
+  image_seeds(root / "image_fuzz");
+  csv_seeds(root / "csv_fuzz");
   std::printf("fuzz_seeds: corpora written under %s\n", root.c_str());
   return 0;
 }
