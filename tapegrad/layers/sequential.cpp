@@ -4,6 +4,7 @@
 #include <string>
 #include <typeinfo>
 
+#include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/layers/activation.h>
 #include <tapegrad/layers/batch_norm.h>
 
@@ -58,6 +59,7 @@ BatchNormBase* batch_norm_before_relu(Module& module, const Module& next) {
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
   for (std::size_t i = 0; i < modules_.size(); ++i) {
+    trace::ModuleScope scope(*modules_[i]);  // while exporting: which layer each op ran in (for its errors)
     if (i + 1 < modules_.size()) {
       if (BatchNormBase* batch_norm = batch_norm_before_relu(*modules_[i], *modules_[i + 1])) {
         x = batch_norm->forward_then_relu(x);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/framework/tensor.h>
 
 TAPEGRAD_API_BEGIN
@@ -45,8 +46,11 @@ Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& input
 void rebase_history(const char* op, const Tensor& target, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 /// Records only when should_record(inputs); otherwise returns `output` untouched without building the closure.
+/// While a tracer is active (autograd/trace.h, the ONNX exporter) it also reports the op, recorded or not.
 template <class MakeBackward>
 Tensor record_if_needed(const char* op, Tensor output, const std::vector<Tensor>& inputs, MakeBackward&& make_backward) {
+  if (trace::active()) [[unlikely]]
+    trace::report(op, inputs, {output});
   if (!should_record(inputs)) return output;
   return record_op(op, std::move(output), inputs, BackwardFn(make_backward()));
 }

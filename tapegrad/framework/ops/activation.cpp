@@ -56,6 +56,7 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   Tensor out = detail::map_floating(x, "leaky_relu", [negative_slope](auto v) {
     return v > decltype(v)(0) ? v : static_cast<decltype(v)>(v * negative_slope);
   });
+  if (trace::active()) trace::annotate(out, {{"negative_slope", negative_slope}});
   return record_if_needed("leaky_relu", out, {x}, [&] {
     return [sx = SavedTensor(x, "leaky_relu"), negative_slope](const Tensor& g, NeedsGrad) {
       auto slope = [negative_slope](auto v) {
@@ -102,6 +103,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold) {
     const T bx = static_cast<T>(v * beta);
     return bx > T(threshold) ? v : static_cast<T>(std::log1p(std::exp(bx)) / beta);
   });
+  if (trace::active()) trace::annotate(out, {{"beta", beta}, {"threshold", threshold}});
   return record_if_needed("softplus", out, {x}, [&] {
     return [sx = SavedTensor(x, "softplus"), beta, threshold](const Tensor& g, NeedsGrad) {
       auto above = [beta, threshold](auto v) {
@@ -131,6 +133,7 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
       const T inner = static_cast<T>(sqrt_2_over_pi) * (v + static_cast<T>(gelu_kappa) * v * v * v);
       return T(0.5) * v * (T(1) + std::tanh(inner));
     });
+    if (trace::active()) trace::annotate(out, {{"approximate", std::string("tanh")}});
     return record_if_needed("gelu", out, {x}, [&] {
       return [sx = SavedTensor(x, "gelu")](const Tensor& g, NeedsGrad) {
         return one(detail::unary_backward(

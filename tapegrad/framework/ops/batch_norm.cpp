@@ -180,6 +180,7 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
   const bool has_weight = weight.defined(), has_bias = bias.defined();
   // With a fused ReLU: the bias values, to recompute ReLU's input in the backward.
   const auto relu_bias = relu ? std::make_shared<const Doubles>(b) : nullptr;
+  if (trace::active()) trace::annotate(out, {{"weight", weight_in}, {"bias", bias_in}, {"eps", eps}});
   result.output = record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
     return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, mean, invstd, eps, l, has_weight,
             has_bias](const Tensor& g_out, NeedsGrad needs) {
@@ -243,6 +244,10 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
   const bool has_weight = weight.defined(), has_bias = bias.defined();
   // With a fused ReLU: the coefficients, to recompute ReLU's input in the backward.
   const auto relu_bias = relu ? std::make_shared<const Doubles>(b) : nullptr;
+  if (trace::active())
+    trace::annotate(
+        out,
+        {{"weight", weight_in}, {"bias", bias_in}, {"running_mean", mean_in}, {"running_var", var_in}, {"eps", eps}});
   return record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
     return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, scale, m, invstd, l, has_weight,
             has_bias](const Tensor& g_out, NeedsGrad needs) {

@@ -28,6 +28,7 @@ Tensor compare(const Tensor& a, const Tensor& b, const char* op, F f) {
     detail::broadcast_binary(av.data<T>(), a.shape(), bv.data<T>(), b.shape(), out.data<T>(), out_shape,
                              [&f](T x, T y) { return f(x, y) ? T(1) : T(0); });
   });
+  if (trace::active()) trace::report(op, {a, b}, {out});  // never recorded (no gradient), but computed
   return out;
 }
 
@@ -46,13 +47,16 @@ Tensor compare(const Tensor& a, double b, const char* op, F f) {
     if constexpr (!std::is_same_v<T, std::int64_t>) scalar = static_cast<double>(static_cast<T>(b));
     for (std::int64_t i = 0; i < a.numel(); ++i) o[i] = f(static_cast<double>(in[i]), scalar) ? T(1) : T(0);
   });
+  if (trace::active()) trace::report(op, {a}, {out}, {{"scalar", b}});
   return out;
 }
 
 // The mask as 1/0 values of `dtype`, detached: masks carry no gradient.
 Tensor mask_as(const Tensor& mask, DType dtype, const char* op) {
   mask.check_defined(op);
-  return ne(mask.detach(), 0.0).to(dtype);
+  const Tensor detached = mask.detach();
+  if (trace::active()) trace::report("detach", {mask}, {detached});  // the same values: keep the graph connected
+  return ne(detached, 0.0).to(dtype);
 }
 
 }  // namespace
@@ -115,6 +119,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
     }
   });
   if (!is_floating(a.dtype())) return out;
+  if (trace::active()) trace::annotate(out, {{"condition", m}});
   return record_if_needed("where", out, {a, b}, [&] {
     return [sm = SavedTensor(m, "where"), sa = a.shape(), sb = b.shape()](const Tensor& g, NeedsGrad needs) {
       // Note: selecting (not multiplying by the mask) keeps an inf or NaN gradient in the unselected
@@ -141,6 +146,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
                              [v = static_cast<T>(value)](T xv, T mv) { return mv != T(0) ? v : xv; });
   });
   if (!is_floating(x.dtype())) return out;
+  if (trace::active()) trace::annotate(out, {{"mask", m}, {"value", value}});
   return record_if_needed("masked_fill", out, {x}, [&] {
     return [sm = SavedTensor(m, "masked_fill")](const Tensor& g, NeedsGrad) {
       return std::vector<Tensor>{masked_fill(g, sm.get(), 0.0)};

@@ -112,6 +112,11 @@ Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Ten
   });
   std::vector<Tensor> inputs{input, weight};
   if (bias.defined()) inputs.push_back(bias);
+  if (trace::active())
+    trace::annotate(out, {{"stride", std::vector<std::int64_t>{p.stride.h, p.stride.w}},
+                          {"padding", std::vector<std::int64_t>{p.padding.h, p.padding.w}},
+                          {"dilation", std::vector<std::int64_t>{p.dilation.h, p.dilation.w}},
+                          {"groups", p.groups}});
   return record_if_needed("conv2d", out, inputs, [&] {
     return [sx = SavedTensor(input, "conv2d"), sw = SavedTensor(weight, "conv2d"), has_bias = bias.defined(), p](
                const Tensor& grad, NeedsGrad needs) {

@@ -83,6 +83,12 @@ Tensor conv_transpose2d_batched(const Tensor& input, const Tensor& weight, const
   }
   std::vector<Tensor> inputs{input, weight};
   if (bias.defined()) inputs.push_back(bias);
+  if (trace::active())
+    trace::annotate(out, {{"stride", std::vector<std::int64_t>{p.stride.h, p.stride.w}},
+                          {"padding", std::vector<std::int64_t>{p.padding.h, p.padding.w}},
+                          {"output_padding", std::vector<std::int64_t>{p.output_padding.h, p.output_padding.w}},
+                          {"dilation", std::vector<std::int64_t>{p.dilation.h, p.dilation.w}},
+                          {"groups", p.groups}});
   return record_if_needed(kOp, out, inputs, [&] {
     return [sx = SavedTensor(input, kOp), sw = SavedTensor(weight, kOp), has_bias = bias.defined(), p](
                const Tensor& grad, NeedsGrad needs) {

@@ -95,6 +95,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor add(const Tensor& a, double b) {
   Tensor out = detail::map_floating(a, "add", [b](auto x) { return static_cast<decltype(x)>(x + b); });
+  if (trace::active()) trace::annotate(out, {{"scalar", b}});
   return record_if_needed("add", out, {a}, [] {
     return [](const Tensor& g, NeedsGrad) { return grads(g); };
   });
@@ -104,6 +105,7 @@ Tensor sub(const Tensor& a, double b) { return add(a, -b); }
 
 Tensor rsub(const Tensor& a, double b) {
   Tensor out = detail::map_floating(a, "rsub", [b](auto x) { return static_cast<decltype(x)>(b - x); });
+  if (trace::active()) trace::annotate(out, {{"scalar", b}});
   return record_if_needed("rsub", out, {a}, [] {
     return [](const Tensor& g, NeedsGrad) { return grads(neg(g)); };
   });
@@ -111,6 +113,7 @@ Tensor rsub(const Tensor& a, double b) {
 
 Tensor mul(const Tensor& a, double b) {
   Tensor out = detail::map_floating(a, "mul", [b](auto x) { return static_cast<decltype(x)>(x * b); });
+  if (trace::active()) trace::annotate(out, {{"scalar", b}});
   return record_if_needed("mul", out, {a}, [b] {
     return [b](const Tensor& g, NeedsGrad) { return grads(mul(g, b)); };
   });
@@ -118,6 +121,7 @@ Tensor mul(const Tensor& a, double b) {
 
 Tensor div(const Tensor& a, double b) {
   Tensor out = detail::map_floating(a, "div", [b](auto x) { return static_cast<decltype(x)>(x / b); });
+  if (trace::active()) trace::annotate(out, {{"scalar", b}});
   return record_if_needed("div", out, {a}, [b] {
     return [b](const Tensor& g, NeedsGrad) { return grads(div(g, b)); };
   });
@@ -125,6 +129,7 @@ Tensor div(const Tensor& a, double b) {
 
 Tensor rdiv(const Tensor& a, double b) {
   Tensor out = detail::map_floating(a, "rdiv", [b](auto x) { return static_cast<decltype(x)>(b / x); });
+  if (trace::active()) trace::annotate(out, {{"scalar", b}});
   return record_if_needed("rdiv", out, {a}, [&] {
     return [sa = SavedTensor(a, "rdiv"), b](const Tensor& g, NeedsGrad) {
       const Tensor& x = sa.get();
@@ -161,6 +166,7 @@ Tensor pow(const Tensor& x, double exponent) {
                                : detail::map_floating(x, "pow", [exponent](auto v) {
                                    return static_cast<decltype(v)>(std::pow(v, static_cast<decltype(v)>(exponent)));
                                  });
+  if (trace::active()) trace::annotate(out, {{"exponent", exponent}});
   return record_if_needed("pow", out, {x}, [&] {
     return [sx = SavedTensor(x, "pow"), exponent](const Tensor& g, NeedsGrad) {
       // d x^p / dx = p x^(p-1); p = 0 is a constant, whose gradient is zero (PyTorch returns zeros too)
@@ -235,6 +241,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
     using T = decltype(v);
     return v < T(lo) ? T(lo) : (v > T(hi) ? T(hi) : v);
   });
+  if (trace::active()) trace::annotate(out, {{"min", lo}, {"max", hi}});
   return record_if_needed("clamp", out, {x}, [&] {
     return [sx = SavedTensor(x, "clamp"), lo, hi](const Tensor& g, NeedsGrad) {
       // The pass-through mask has no derivative, so the fused kernel serves both orders.

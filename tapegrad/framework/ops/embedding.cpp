@@ -100,6 +100,7 @@ Tensor lookup(const Tensor& weight, const Tensor& indices, std::int64_t padding,
         std::copy_n(src + idx[e] * dim, dim, dst + e * dim);
     }
   });
+  if (trace::active()) trace::annotate(out, {{"indices", indices}});
   return record_if_needed(op, out, {weight}, [&] {
     return [saved = SavedTensor(indices, op), padding, rows](const Tensor& g, NeedsGrad) {
       return std::vector<Tensor>{scatter_rows(g, saved.get(), rows, padding, "embedding_backward")};

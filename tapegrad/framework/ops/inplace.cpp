@@ -133,6 +133,8 @@ namespace detail {
 InPlaceRecord::InPlaceRecord(const Tensor& target, const char* op, std::vector<Tensor> operands)
     : target_(target), op_(op), operands_(std::move(operands)) {
   target.check_defined(op);
+  if (trace::active()) [[unlikely]]
+    trace::report_in_place(op, target, operands_);
   if (!is_grad_enabled()) return;
   TensorImpl& impl = *target.impl();
   if (impl.untracked_view) fail_untracked_view(impl, op);

@@ -1,6 +1,7 @@
 // Tensor's in-place updates. Each checks, writes the values where they lie, and (when autograd tracks the
 // target or an operand, grad mode on) records itself through detail::InPlaceRecord, its backward right below the
 // write. How the record rebases the target's (or a view's base's) history: ops/inplace.cpp.
+#include <limits>
 #include <type_traits>
 
 #include <tapegrad/framework/autograd/grad_mode.h>
@@ -89,6 +90,7 @@ Tensor& add_scaled(Tensor& self, const Tensor& other, double alpha, const char* 
   check_broadcast(self, other, op);
   check_same_dtype(self, other, op, symbol);
   InPlaceRecord record(self, op, {other});
+  if (trace::active()) trace::annotate_reported(self, {{"alpha", alpha}});
   binary_in_place(self, other, op, [alpha](auto x, auto y) { return x + static_cast<decltype(x)>(alpha) * y; });
   record.record([alpha, shape = other.shape()](const Tensor& g, NeedsGrad needs) {
     return Grads{needs[0] ? g : Tensor(), needs[1] ? tapegrad::sum_to(tapegrad::mul(g, alpha), shape) : Tensor()};
@@ -121,6 +123,9 @@ Tensor& clamp_in_place(Tensor& self, std::optional<double> min, std::optional<do
   self.check_defined(op);
   check_floating(self, op);
   InPlaceRecord record(self, op);
+  if (trace::active())
+    trace::annotate_reported(self, {{"min", min.value_or(-std::numeric_limits<double>::infinity())},
+                                    {"max", max.value_or(std::numeric_limits<double>::infinity())}});
   const Tensor mask = record.needs(0) ? clamp_mask(self, min, max) : Tensor();
   unary_in_place(self, op, [&](auto v) {
     using T = decltype(v);
@@ -281,6 +286,7 @@ Tensor& leaky_relu_(Tensor& x, double negative_slope) {
   x.check_defined("leaky_relu_");
   check_floating(x, "leaky_relu_");
   InPlaceRecord record(x, "leaky_relu_");
+  if (trace::active()) trace::annotate_reported(x, {{"negative_slope", negative_slope}});
   if (record.active() && negative_slope < 0)  // the result's sign no longer tells which side x was on
     fail(
         "leaky_relu_: in place with a negative slope ({}) is not differentiable from the result (PyTorch refuses it "

@@ -83,6 +83,11 @@ Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tenso
   if (weight.defined()) inputs.push_back(weight);
   const std::size_t bias_index = bias.defined() ? inputs.size() : 0;
   if (bias.defined()) inputs.push_back(bias);
+  if (trace::active())
+    trace::annotate(out, {{"axis", -static_cast<std::int64_t>(normalized_shape.size())},
+                          {"eps", eps},
+                          {"weight", weight},
+                          {"bias", bias}});
   return record_if_needed("layer_norm", out, inputs, [&] {
     return [sx = SavedTensor(x, "layer_norm"),
             sw = weight.defined() ? SavedTensor(weight, "layer_norm") : SavedTensor(),

@@ -142,7 +142,15 @@ Tensor avg_pool2d(const Tensor& input, IntPair kernel_size, std::optional<IntPai
       std::fill(plan->rows.divisor.begin(), plan->rows.divisor.end(), *divisor_override);
       std::fill(plan->cols.divisor.begin(), plan->cols.divisor.end(), 1);
     }
-    return window_average(x, plan, "avg_pool2d");
+    Tensor out = window_average(x, plan, "avg_pool2d");
+    if (trace::active())
+      trace::annotate_reported(out, {{"kernel", std::vector<std::int64_t>{kernel_size.h, kernel_size.w}},
+                                     {"stride", std::vector<std::int64_t>{s.h, s.w}},
+                                     {"padding", std::vector<std::int64_t>{padding.h, padding.w}},
+                                     {"ceil_mode", std::int64_t{ceil_mode}},
+                                     {"count_include_pad", std::int64_t{count_include_pad}},
+                                     {"divisor_override", divisor_override.value_or(0)}});
+    return out;
   });
 }
 

@@ -32,6 +32,7 @@ Tensor permute_as(const Tensor& x, const std::vector<std::int64_t>& dims, const 
     view_strides[i] = strides[static_cast<std::size_t>(dims[i])];
   }
   Tensor out = detail::make_view(x, shape, view_strides, x.storage_offset());
+  if (trace::active()) trace::annotate(out, {{"perm", dims}});
   return record_if_needed(op, out, {x}, [&] {
     std::vector<std::int64_t> inverse(dims.size());
     for (std::size_t i = 0; i < dims.size(); ++i) inverse[static_cast<std::size_t>(dims[i])] = static_cast<std::int64_t>(i);
@@ -212,6 +213,7 @@ Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim) {
   }
   Tensor out = empty(shape, tensors[0].dtype());
   join_blocks(tensors, chunks, product(first, 0, ud), out);
+  if (trace::active()) trace::annotate(out, {{"dim", static_cast<std::int64_t>(d)}});
   return record_if_needed("cat", out, tensors, [&] {
     return [d, extents](const Tensor& g, NeedsGrad needs) {
       std::vector<Tensor> grads(extents.size());
@@ -244,6 +246,7 @@ Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim) {
   Tensor out = empty(shape, tensors[0].dtype());
   join_blocks(tensors, std::vector<std::int64_t>(tensors.size(), product(first, ud, first.size())),
               product(first, 0, ud), out);
+  if (trace::active()) trace::annotate(out, {{"dim", static_cast<std::int64_t>(d)}});
   return record_if_needed("stack", out, tensors, [&] {
     return [d, first, count = tensors.size()](const Tensor& g, NeedsGrad needs) {
       std::vector<Tensor> grads(count);
@@ -274,6 +277,8 @@ Tensor slice(const Tensor& x, std::int64_t dim, std::int64_t start, std::int64_t
   const std::int64_t offset = x.storage_offset() + (shape[d] > 0 ? start * strides[d] : 0);
   if (shape[d] > 1) strides[d] *= step;
   Tensor out = detail::make_view(x, shape, strides, offset);
+  if (trace::active())
+    trace::annotate(out, {{"dim", static_cast<std::int64_t>(d)}, {"start", start}, {"end", end}, {"step", step}});
   return record_if_needed("slice", out, {x}, [&] {
     return [xs = x.shape(), d, start, step](const Tensor& g, NeedsGrad) {
       return std::vector<Tensor>{slice_backward(g, xs, d, start, step)};
@@ -309,6 +314,7 @@ Tensor select(const Tensor& x, std::int64_t dim, std::int64_t index) {
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
   Tensor out = detail::make_view(x, shape, strides, offset);
+  if (trace::active()) trace::annotate(out, {{"dim", d}, {"index", index}});
   return record_if_needed("select", out, {x}, [&] {
     return [xs = x.shape(), d, ud, index](const Tensor& g, NeedsGrad) {
       return std::vector<Tensor>{slice_backward(unsqueeze(g, d), xs, ud, index, 1)};

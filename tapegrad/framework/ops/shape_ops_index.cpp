@@ -89,6 +89,7 @@ Tensor index_select(const Tensor& x_in, std::int64_t dim, const Tensor& index_in
       for (std::int64_t j = 0; j < out_rows; ++j)
         std::copy_n(src + (o * in_rows + idx[j]) * inner, inner, dst + (o * out_rows + j) * inner);
   });
+  if (trace::active()) trace::annotate(out, {{"dim", static_cast<std::int64_t>(d)}, {"index", index}});
   return record_if_needed("index_select", out, {x}, [&] {
     return [xs = x.shape(), d, saved = SavedTensor(index, "index_select")](const Tensor& g, NeedsGrad) {
       return std::vector<Tensor>{index_add(zeros(xs, TensorOptions{}.with_dtype(g.dtype())), d, saved.get(), g)};

@@ -84,6 +84,7 @@ Tensor normalise(const Tensor& x_in, std::int64_t dim, Normalise kind) {
     using T = decltype(tag);
     normalise_kernel(x.data<T>(), out.data<T>(), s, kind);
   });
+  if (trace::active()) trace::annotate(out, {{"dim", nd}});
   return record_if_needed(op, out, {x}, [&] {
     return [sx = SavedTensor(x, op), values = SavedTensor(out.detach(), op), nd, s, kind](const Tensor& g,
                                                                                            NeedsGrad) {

@@ -29,7 +29,10 @@ Tensor Tensor::to(DType target) const {
       for (std::int64_t i = 0, n = numel(); i < n; ++i) dst[i] = static_cast<To>(src[i]);
     });
   });
-  if (!is_floating(target) || !is_floating(dtype())) return out;
+  if (!is_floating(target) || !is_floating(dtype())) {
+    if (trace::active()) trace::report("to", {*this}, {out});  // not recorded, but part of the computation
+    return out;
+  }
   const DType source = dtype();
   return record_if_needed("to", out, {*this}, [source] {
     return [source](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{g.to(source)}; };
