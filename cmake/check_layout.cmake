@@ -39,6 +39,7 @@ set(levels
   "8  layers       tapegrad/layers/"
   "9  optim        tapegrad/optim/"
   "10 distributed  tapegrad/framework/distributed/"
+  "10 onnx         tapegrad/framework/onnx/"
   "11 umbrella     tapegrad/tapegrad"
   "11 umbrella     tapegrad/testing"
   "12 programs     tests/"

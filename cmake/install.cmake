@@ -1,5 +1,5 @@
 # Install and export (included from the top-level CMakeLists.txt). Three ways in for a consumer:
-#   find_package(tapegrad 0.1 CONFIG REQUIRED [COMPONENTS distributed testing]), then tapegrad::tapegrad
+#   find_package(tapegrad 0.1 CONFIG REQUIRED [COMPONENTS distributed testing onnx]), then tapegrad::tapegrad
 #   pkg-config --cflags --libs tapegrad
 #   add_subdirectory / FetchContent of this source tree (the targets above, under the same names)
 # Components of the Debian packages (cmake/packaging.cmake): "runtime" (libtapegrad0: the shared libraries)
@@ -12,7 +12,7 @@ install(TARGETS tapegrad EXPORT tapegradTargets
 install(DIRECTORY tapegrad/framework tapegrad/layers tapegrad/optim
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad COMPONENT development
         FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE PATTERN "kernels" EXCLUDE PATTERN "distributed" EXCLUDE
-        PATTERN "testing" EXCLUDE)
+        PATTERN "testing" EXCLUDE PATTERN "onnx" EXCLUDE)
 install(FILES tapegrad/tapegrad.h ${TAPEGRAD_GENERATED_INCLUDE_DIR}/tapegrad/export.h
               ${TAPEGRAD_GENERATED_INCLUDE_DIR}/tapegrad/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad COMPONENT development)
@@ -28,6 +28,17 @@ if(TAPEGRAD_WITH_MPI)
   install(DIRECTORY tapegrad/framework/distributed DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/framework
           COMPONENT development FILES_MATCHING PATTERN "*.h")
   install(EXPORT tapegradDistributedTargets NAMESPACE tapegrad:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tapegrad
+          COMPONENT development)
+endif()
+# Note: tapegrad::onnx has its own export set too; it links ONNX and protobuf privately, so a consumer of the
+# shared library needs neither (the config file looks for them only for a static install).
+if(TARGET tapegrad_onnx)
+  install(TARGETS tapegrad_onnx EXPORT tapegradOnnxTargets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
+  install(DIRECTORY tapegrad/framework/onnx DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tapegrad/framework
+          COMPONENT development FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
+  install(EXPORT tapegradOnnxTargets NAMESPACE tapegrad:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tapegrad
           COMPONENT development)
 endif()
 if(TARGET tapegrad_testing)

@@ -2,6 +2,7 @@
 #   tapegrad              the core library, shared by default (TAPEGRAD_SHARED), exported as tapegrad::tapegrad
 #   tapegrad_distributed  data-parallel training over MPI, exported as tapegrad::distributed
 #   tapegrad_testing      the header-only property-testing kit, exported as tapegrad::testing
+#   tapegrad_onnx         ONNX export over ONNX's own protobuf classes, exported as tapegrad::onnx
 #   tapegrad_internal     the same objects as a static library, never installed: for the tests, tools and fuzz
 #                         targets that reach internal kernels and readers, which the shared library hides
 # Note: the sources compile once, into tapegrad_objects, with hidden visibility; the public headers mark what
@@ -12,7 +13,7 @@ file(GLOB_RECURSE TAPEGRAD_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/tapegrad/framework/*.cpp
   ${PROJECT_SOURCE_DIR}/tapegrad/layers/*.cpp
   ${PROJECT_SOURCE_DIR}/tapegrad/optim/*.cpp)
-list(FILTER TAPEGRAD_SOURCES EXCLUDE REGEX "^${PROJECT_SOURCE_DIR}/tapegrad/framework/distributed/")
+list(FILTER TAPEGRAD_SOURCES EXCLUDE REGEX "^${PROJECT_SOURCE_DIR}/tapegrad/framework/(distributed|onnx)/")
 
 if(TAPEGRAD_SHARED)
   set(TAPEGRAD_LIBRARY_TYPE SHARED)
@@ -126,4 +127,25 @@ if(Catch2_FOUND AND rapidcheck_FOUND)
   set_target_properties(tapegrad_testing PROPERTIES EXPORT_NAME testing)
 else()
   message(STATUS "tapegrad: Catch2 or RapidCheck not found: tapegrad::testing is not built")
+endif()
+
+# tapegrad::onnx: ONNX export (framework/onnx), built when ONNX 1.12's C++ library (Debian's libonnx-dev: its
+# protobuf classes, checker and shape inference) and protobuf are found.
+# Note: only this target links ONNX and protobuf, PRIVATE: its public header includes neither, and the core
+# library never does.
+find_package(Protobuf QUIET)
+if(Protobuf_FOUND)
+  find_package(ONNX QUIET CONFIG)
+endif()
+option(TAPEGRAD_WITH_ONNX "Build tapegrad::onnx (framework/onnx) when ONNX is found" ON)
+if(TAPEGRAD_WITH_ONNX AND ONNX_FOUND AND TARGET onnx AND TARGET onnx_proto)
+  file(GLOB_RECURSE TAPEGRAD_ONNX_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tapegrad/framework/onnx/*.cpp)
+  add_library(tapegrad_onnx ${TAPEGRAD_LIBRARY_TYPE} ${TAPEGRAD_ONNX_SOURCES})
+  add_library(tapegrad::onnx ALIAS tapegrad_onnx)
+  target_link_libraries(tapegrad_onnx PUBLIC tapegrad PRIVATE onnx onnx_proto)
+  set_target_properties(tapegrad_onnx PROPERTIES EXPORT_NAME onnx VERSION ${PROJECT_VERSION}
+                        SOVERSION ${PROJECT_VERSION_MAJOR} CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  message(STATUS "tapegrad: building tapegrad::onnx with ONNX ${ONNX_VERSION}")
+else()
+  message(STATUS "tapegrad: no ONNX (libonnx-dev) or TAPEGRAD_WITH_ONNX=OFF: framework/onnx is not built")
 endif()
