@@ -225,10 +225,10 @@ else:
         for start in range(0, size, len(block)):
             connection.sendall(block[: min(len(block), size - start)])
 PYTHON
-  ip netns exec "${hosts[1]}" python3 "$workdir/rate.py" receive "$subnet.2" "$bytes" "$workdir/ready" >"$workdir/rate" &
+  ip netns exec "${hosts[1]}" "$python" "$workdir/rate.py" receive "$subnet.2" "$bytes" "$workdir/ready" >"$workdir/rate" &
   local receiver=$! waited=0
   until [[ -s "$workdir/ready" ]] || (( waited > 100 )); do sleep 0.05; waited=$(( waited + 1 )); done
-  ip netns exec "${hosts[0]}" python3 "$workdir/rate.py" send "$subnet.2" "$bytes"
+  ip netns exec "${hosts[0]}" "$python" "$workdir/rate.py" send "$subnet.2" "$bytes"
   wait "$receiver"
   local measured; measured=$(cat "$workdir/rate")
   awk -v m="$measured" -v r="$bits" -v rate="$rate" 'BEGIN {
@@ -238,7 +238,9 @@ PYTHON
 }
 if [[ $check_rate -eq 1 ]]; then
   [[ "$np" -ge 2 && "$rate" != none ]] || die "--check-rate needs --np 2 or more and a --rate"
-  command -v python3 >/dev/null || die "--check-rate needs python3"
+  # Note: the system's python3 first: a version manager's shim (pyenv) on PATH costs seconds per start here.
+  python=/usr/bin/python3
+  [[ -x "$python" ]] || python=$(command -v python3) || die "--check-rate needs python3"
   measure_rate
 fi
 
@@ -254,7 +256,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TAPEGRAD_EMULATED_HOSTS_PREFIX="$prefix"
 command=(mpirun -np "$np" --hostfile "$workdir/hostfile" --bind-to none
          --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
-         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24"
+         --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include "$subnet.0/24"
          --mca oob tcp --mca oob_tcp_if_include "$subnet.0/24"
          "${mpirun_args[@]}" "$@")
 if [[ "$timeout_seconds" -gt 0 ]]; then command=(timeout --kill-after=5 "$timeout_seconds" "${command[@]}"); fi

@@ -42,7 +42,7 @@ gradient_bytes=$("$inspect" "$work/out/fashion_mnist_ddp.ckpt" | awk '
   END { print bytes + 0 }')
 [[ "$gradient_bytes" -gt 100000 ]] || fail "could not read the parameter count from the checkpoint (got '$gradient_bytes' bytes)"
 for host in 1 2; do
-  sent= received=
+  sent='' received=''
   read -r sent received < <(sed -n "s/^emulate_hosts: link ${prefix}host$host: sent \([0-9]*\) bytes, received \([0-9]*\) bytes$/\1 \2/p" "$work/train.log") || true
   [[ -n "$sent" ]] || fail "no traffic report for host$host"
   for value in "$sent" "$received"; do
