@@ -17,7 +17,7 @@
 # Prints each link's bytes in both directions after the run; exits with mpirun's status.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "emulate_hosts: $*" >&2; exit 2; }
 
 np=2
@@ -69,6 +69,7 @@ remove_namespaces() {
 
 if [[ $cleanup_only -eq 1 ]]; then
   remove_namespaces
+  rm -rf "/tmp/emulate_hosts.${prefix}"*  # a killed run's hostfile and hosts file
   left=$(ip netns list 2>/dev/null | awk -v p="$prefix" 'index($1, p) == 1' | wc -l)
   [[ "$left" -eq 0 ]] || die "--cleanup: $left namespace(s) named ${prefix}* remain"
   echo "emulate_hosts: no namespace named ${prefix}* remains"
@@ -123,7 +124,7 @@ else
   ! used_by_machine "$subnet" || die "--subnet $subnet.0/24 overlaps a route or address of this machine"
 fi
 
-workdir=$(mktemp -d /tmp/emulate_hosts.XXXXXX)
+workdir=$(mktemp -d "/tmp/emulate_hosts.${prefix}XXXXXX")
 mpirun_pid=
 cleanup() {
   local status=$?
