@@ -4,10 +4,10 @@
 // error with no file left.
 #include <onnx/onnx_pb.h>
 
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include <tapegrad/framework/onnx/export.h>
 #include <tapegrad/tapegrad.h>
@@ -111,15 +111,56 @@ TEST_CASE("a two-layer tanh RNN on an unbatched sequence with h0") {
   check_against_onnx_runtime(rnn, "RNN", 2, {"x", "h0"}, in, in);
 }
 
+namespace {
+// The fashion_mnist_lstm example's model (examples/common/recipes.cpp's RowLSTM), at a smaller width.
+class RowLSTM : public nn::Module {
+ public:
+  explicit RowLSTM(std::int64_t hidden) : Module("RowLSTM") {
+    lstm_ = register_module("lstm", nn::LSTM(nn::LSTMOptions(28, hidden).with_num_layers(2).with_bidirectional(true)
+                                                 .with_batch_first(true)));
+    head_ = register_module("head", nn::Linear(2 * hidden, 10));
+  }
+  Tensor forward(const Tensor& images) override {
+    const Tensor h_n = lstm_->forward_with_state(images.reshape({images.size(0), 28, 28})).h_n;
+    return head_->forward(cat({h_n.select(0, 2), h_n.select(0, 3)}, 1));
+  }
+
+ private:
+  std::shared_ptr<nn::LSTM> lstm_;
+  std::shared_ptr<nn::Linear> head_;
+};
+}  // namespace
+
+TEST_CASE("the fashion_mnist_lstm example's model exports with a dynamic batch and matches at another batch") {
+  manual_seed(6);
+  RowLSTM model(16);
+  const std::string path = temp_model("row_lstm");
+  tapegrad::onnx::ExportOptions options;
+  options.dynamic_axes = {{"input", {0}}, {"output", {0}}};
+  tapegrad::onnx::export_onnx(model, {randn({2, 1, 28, 28})}, path, options);
+  CHECK(count_nodes(path, "LSTM") == 2);
+  const Tensor images = randn({3, 1, 28, 28});
+  const std::vector<Tensor> outputs = run_in_onnx_runtime(path, {{"input", images}});
+  std::filesystem::remove(path);
+  NoGradGuard no_grad;
+  model.eval();
+  REQUIRE(outputs.size() == 1);
+  CHECK(compare_outputs(model.forward(images), outputs[0], 1e-5, 1e-6) == "");
+}
+
 TEST_CASE("a ReLU RNN and an LSTM with proj_size are refused, naming why, with no file left") {
   manual_seed(5);
   const std::string path = temp_model("refused");
   nn::RNN relu(nn::RNNOptions(3, 4).with_nonlinearity(nn::RNNNonlinearity::ReLU));
-  CHECK_THAT(error_of([&] { tapegrad::onnx::export_onnx(relu, {randn({2, 1, 3})}, path); }),
+  CHECK_THAT(error_of([&] {
+               tapegrad::onnx::export_onnx(relu, {randn({2, 1, 3})}, path);
+             }),
              Catch::Contains("nn.recurrent") && Catch::Contains("ReLU RNN"));
   CHECK_FALSE(std::filesystem::exists(path));
   nn::LSTM projected(nn::LSTMOptions(3, 4).with_proj_size(2));
-  CHECK_THAT(error_of([&] { tapegrad::onnx::export_onnx(projected, {randn({2, 1, 3})}, path); }),
+  CHECK_THAT(error_of([&] {
+               tapegrad::onnx::export_onnx(projected, {randn({2, 1, 3})}, path);
+             }),
              Catch::Contains("proj_size"));
   CHECK_FALSE(std::filesystem::exists(path));
 }
