@@ -148,3 +148,24 @@ TEST_CASE("MultiheadAttention's packed self-attention in training equals its gen
     CHECK(allclose(packed_grads[1], general_grads[1], 1e-12, 1e-13));
   }
 }
+
+TEST_CASE("dropout's mask is the documented draw of the generator's stream, long masks included") {
+  // Long masks continue the engine's sequence in bulk (kernels/dropout_mask.cpp): the same numbers, and the
+  // generator left where one-at-a-time draws leave it.
+  for (const std::int64_t n : {7, 100001}) {
+    Generator generator(17), scalar(17);
+    generator.engine().discard(3);
+    scalar.engine().discard(3);
+    const double p = 0.3;
+    const std::vector<double> out = dropout(ones({n}, f64()), p, true, generator).to_vector();
+    std::uint64_t bits = 0;
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if ((i & 1) == 0) bits = scalar.engine()();
+      const auto half = static_cast<double>((i & 1) ? bits >> 32 : bits & 0xffffffffu);
+      wrong += out[static_cast<std::size_t>(i)] != (half < p * 4294967296.0 ? 0.0 : 1.0 / (1.0 - p));
+    }
+    CHECK(wrong == 0);
+    CHECK(generator.state() == scalar.state());
+  }
+}

@@ -15,11 +15,24 @@ namespace tapegrad::kernels {
 class DropoutStream {
  public:
   DropoutStream(Generator& generator, double p);
+  /// Hands the stream's position back to the generator (see below).
+  ~DropoutStream();
+  DropoutStream(const DropoutStream&) = delete;
+  DropoutStream& operator=(const DropoutStream&) = delete;
   /// keep[j] = 1 for the next n elements that are kept, 0 for those dropped.
   void next(unsigned char* keep, std::int64_t n);
 
  private:
+  /// Draws `count` numbers of the engine's sequence into out.
+  void draw(std::uint64_t* out, std::int64_t count);
   std::mt19937_64& engine_;
+  // Note: for long masks the engine's state is copied out (through its standard text form) and its sequence
+  // continued by a vectorised Mersenne twister (the same numbers: checked against std::mt19937_64 once per
+  // process, else not used); the destructor writes the state back, so the generator ends where the scalar draws
+  // would have left it. Nothing else may draw from the generator while a stream lives.
+  std::uint64_t state_[312] = {};
+  std::size_t position_ = 0;
+  bool bulk_ = false;
   std::uint64_t threshold_;  // a half is dropped when below this (ceil(p * 2^32), at most 2^32)
   std::uint64_t pending_ = 0;
   bool has_pending_ = false;  // the high half of pending_ is the stream's next element
