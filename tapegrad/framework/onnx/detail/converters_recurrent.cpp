@@ -1,4 +1,4 @@
-// ONNX forms of the recurrent layers: nn::RNN (tanh), nn::LSTM and nn::GRU as ONNX's own RNN, LSTM and GRU ops,
+// ONNX forms of the recurrent layers: nn::RNN (tanh or relu), nn::LSTM and nn::GRU as ONNX's own RNN, LSTM and GRU ops,
 // one node per layer (bidirectional in one node), from the one "nn.recurrent" report RecurrentBase::run makes
 // while tracing (layers/rnn.cpp).
 // Note: PyTorch orders the gates i, f, g, o (LSTM) and r, z, n (GRU); ONNX orders them i, o, f, c and z, r, h.
@@ -18,11 +18,9 @@ constexpr std::int64_t kTanh = 0, kReLU = 1, kLSTM = 2, kGRU = 3;
 
 void recurrent(Context& c) {
   const std::int64_t kind = c.i("kind");
-  if (kind == kReLU)
-    c.unsupported("a ReLU RNN: ONNX's RNN names its activation in a string-list attribute, which this exporter "
-                  "does not write yet (the tanh RNN, LSTM and GRU export)");
   if (c.i("proj_size") > 0) c.unsupported("LSTM with proj_size: ONNX's LSTM has no projection");
-  if (kind != kTanh && kind != kLSTM && kind != kGRU) c.unsupported(fmt::format("unknown recurrent kind {}", kind));
+  if (kind != kTanh && kind != kReLU && kind != kLSTM && kind != kGRU)
+    c.unsupported(fmt::format("unknown recurrent kind {}", kind));
   const bool lstm = kind == kLSTM, gru = kind == kGRU;
   const std::int64_t H = c.i("hidden_size"), L = c.i("num_layers"), D = c.i("bidirectional") != 0 ? 2 : 1;
   const bool batch_first = c.i("batch_first") != 0, bias = c.i("bias") != 0;
@@ -78,6 +76,8 @@ void recurrent(Context& c) {
     if (lstm) inputs.push_back(layer_state(c0));
     std::vector<Attr> attributes{{"hidden_size", H}, {"direction", std::string(D == 2 ? "bidirectional" : "forward")}};
     if (gru) attributes.push_back({"linear_before_reset", std::int64_t{1}});
+    // ONNX's RNN defaults to Tanh; a ReLU RNN names its activation, once per direction.
+    if (kind == kReLU) attributes.push_back({"activations", std::vector<std::string>(static_cast<std::size_t>(D), "Relu")});
     std::vector<std::string> outputs{c.fresh(std::string(op_type) + "_Y"), c.fresh(std::string(op_type) + "_Y_h")};
     if (lstm) outputs.push_back(c.fresh("LSTM_Y_c"));
     c.emit(op_type, inputs, attributes, outputs);

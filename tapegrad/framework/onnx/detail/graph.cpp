@@ -300,9 +300,12 @@ std::string Context::emit(const std::string& op_type, const std::vector<std::str
           } else if constexpr (std::is_same_v<V, std::vector<std::int64_t>>) {
             p->set_type(::onnx::AttributeProto_AttributeType_INTS);
             for (std::int64_t x : v) p->add_ints(x);
-          } else {
+          } else if constexpr (std::is_same_v<V, std::string>) {
             p->set_type(::onnx::AttributeProto_AttributeType_STRING);
             p->set_s(v);
+          } else {
+            p->set_type(::onnx::AttributeProto_AttributeType_STRINGS);
+            for (const std::string& x : v) p->add_strings(x);
           }
         },
         a.value);

@@ -67,7 +67,7 @@ void mark_live(Graph& graph);
 /// An ONNX node attribute.
 struct Attr {
   std::string name;
-  std::variant<std::int64_t, double, std::vector<std::int64_t>, std::string> value;
+  std::variant<std::int64_t, double, std::vector<std::int64_t>, std::string, std::vector<std::string>> value;
 };
 
 ::onnx::TensorProto_DataType onnx_type(DType dtype);
