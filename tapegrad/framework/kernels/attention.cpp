@@ -15,47 +15,15 @@
 #include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/kernels/dispatch.h>
 #include <tapegrad/framework/kernels/dropout_mask.h>
+#include <tapegrad/framework/kernels/exp_reduced.h>
 #include <tapegrad/framework/kernels/gemm.h>
 
 namespace tapegrad::kernels {
 
 namespace {
 
-// ---- exp(-a) for a >= 0 in float32 (as kernels/vector_math.cpp computes it for sigmoid) ----
-
-constexpr float kLog2e = 0x1.715476p+0f;
-constexpr float kLn2Hi = 0x1.62e4p-1f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi with 15 significant bits (Cody-Waite)
-constexpr float kLn2Lo = 0x1.7f7d1cp-20f;
-constexpr float kShift = 0x1.8p23f;
-
-[[gnu::always_inline]] inline float expm1_reduced(float r) {
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  return r + r * r * p;
-}
-
-[[gnu::always_inline]] inline float pow2(std::int32_t i) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(i + 127) << 23);
-}
-
-// exp(-a): a's magnitude clamped to 104 (exp(-104) rounds to 0), 2^j applied as two normal factors; NaN stays NaN.
-[[gnu::always_inline]] inline float exp_minus(float a) {
-  const auto bits = std::bit_cast<std::int32_t>(a);
-  const std::int32_t magnitude = bits & 0x7fffffff, top = std::bit_cast<std::int32_t>(104.0f);
-  const float y = -std::bit_cast<float>(magnitude > top ? top : magnitude);
-  const float z = y * kLog2e + kShift;
-  const float jf = z - kShift;
-  const std::int32_t j = std::bit_cast<std::int32_t>(z) - std::bit_cast<std::int32_t>(kShift);
-  const float r = (y - jf * kLn2Hi) - jf * kLn2Lo;
-  const std::int32_t half = j >> 1;
-  const float result = (1.0f + expm1_reduced(r)) * pow2(half) * pow2(j - half);
-  const std::int32_t nan_mask = -static_cast<std::int32_t>(magnitude > 0x7f800000);
-  return std::bit_cast<float>(std::bit_cast<std::int32_t>(result) | (nan_mask & 0x7fc00000));
-}
+// exp(-|a|) in float32: kernels/exp_reduced.h, as the LSTM's sigmoid computes it.
+[[gnu::always_inline]] inline float exp_minus(float a) { return exp_reduced::exp_minus_magnitude(a); }
 
 // ---- row passes ----
 
