@@ -44,7 +44,7 @@ namespace detail {
 
 bool any_observer_armed() { return !armed().empty(); }
 
-ObservedPass::ObservedPass(const BackwardPass& pass, std::size_t record_count) : record_count_(record_count) {
+ObservedPass::ObservedPass(const BackwardPass& pass, std::size_t record_count) {
   std::vector<Armed> taken;
   taken.swap(armed());  // disarmed before anything can throw: a pass consumes them whatever happens
   try {

@@ -51,7 +51,6 @@ class ObservedPass {
   std::vector<Watch> watches_;                                              // sorted by last_use, descending
   std::unordered_map<const AutogradMeta*, std::vector<std::size_t>> leaves_;  // meta -> positions in watches_
   std::size_t next_ = 0;                                                    // first watch not reported yet
-  std::size_t record_count_ = 0;
   bool ended_ = false;
 };
 
