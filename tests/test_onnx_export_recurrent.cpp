@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/recipes.h"
 #include <tapegrad/framework/onnx/export.h>
 #include <tapegrad/tapegrad.h>
 
@@ -111,29 +112,12 @@ TEST_CASE("a two-layer tanh RNN on an unbatched sequence with h0") {
   check_against_onnx_runtime(rnn, "RNN", 2, {"x", "h0"}, in, in);
 }
 
-namespace {
-// The fashion_mnist_lstm example's model (examples/common/recipes.cpp's RowLSTM), at a smaller width.
-class RowLSTM : public nn::Module {
- public:
-  explicit RowLSTM(std::int64_t hidden) : Module("RowLSTM") {
-    lstm_ = register_module("lstm", nn::LSTM(nn::LSTMOptions(28, hidden).with_num_layers(2).with_bidirectional(true)
-                                                 .with_batch_first(true)));
-    head_ = register_module("head", nn::Linear(2 * hidden, 10));
-  }
-  Tensor forward(const Tensor& images) override {
-    const Tensor h_n = lstm_->forward_with_state(images.reshape({images.size(0), 28, 28})).h_n;
-    return head_->forward(cat({h_n.select(0, 2), h_n.select(0, 3)}, 1));
-  }
-
- private:
-  std::shared_ptr<nn::LSTM> lstm_;
-  std::shared_ptr<nn::Linear> head_;
-};
-}  // namespace
 
 TEST_CASE("the fashion_mnist_lstm example's model exports with a dynamic batch and matches at another batch") {
   manual_seed(6);
-  RowLSTM model(16);
+  // The fashion_mnist_lstm example's model itself (examples/common/recipes.cpp), at a smaller width.
+  const std::shared_ptr<nn::Module> lstm_model = examples::make_lstm(16);
+  nn::Module& model = *lstm_model;
   const std::string path = temp_model("row_lstm");
   tapegrad::onnx::ExportOptions options;
   options.dynamic_axes = {{"input", {0}}, {"output", {0}}};
