@@ -6,6 +6,8 @@
 #include <tapegrad/framework/kernels/conv2d_onednn.h>
 #include <tapegrad/framework/kernels/environment_path.h>
 
+#include <vector>
+
 namespace tapegrad::kernels {
 
 // The rule, from bench/conv_layers (every layer of bench/compare's cnn and resnet at batch 64, both paths timed
@@ -21,8 +23,11 @@ namespace tapegrad::kernels {
 //   - the input gradient of a strided 1x1 convolution (resnet's shortcuts: 1.50 against 2.34 ms, 0.86 against
 //     1.14 ms): one GEMM and a sparse col2im, where oneDNN's backward-data kernel is slower.
 // Everything else, and all float32 shapes these classes do not name, take oneDNN.
+// A channels-last convolution takes oneDNN in every direction: its NHWC kernels read and write the tensors'
+// own buffers, while im2col works on NCHW planes and would need the activations transposed in and out.
 ConvPath conv2d_path(ConvDirection direction, const ConvGeometry& g, bool float64) {
   if (float64 || g.n == 0) return ConvPath::im2col;
+  if (g.channels_last) return ConvPath::onednn;
   const bool few_input_channels = g.cg() <= 4;
   const bool strided_pointwise = g.kh == 1 && g.kw == 1 && (g.stride_h > 1 || g.stride_w > 1);
   switch (direction) {
@@ -47,6 +52,54 @@ ConvPath environment_path() {
   return path;
 }
 
+// The im2col path on channels-last buffers: NHWC <-> NCHW copies around the NCHW kernels. Only float64 (no
+// oneDNN) and a forced TAPEGRAD_CONV_PATH=im2col come here; the rule sends float32 channels-last to oneDNN.
+template <class T>
+std::vector<T> to_nchw(const T* src, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  std::vector<T> dst(static_cast<std::size_t>(n * c * h * w));
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t y = 0; y < h * w; ++y)
+      for (std::int64_t k = 0; k < c; ++k)
+        dst[static_cast<std::size_t>((b * c + k) * h * w + y)] = src[(b * h * w + y) * c + k];
+  return dst;
+}
+
+template <class T>
+void to_nhwc(const std::vector<T>& src, T* dst, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t y = 0; y < h * w; ++y)
+      for (std::int64_t k = 0; k < c; ++k)
+        dst[(b * h * w + y) * c + k] = src[static_cast<std::size_t>((b * c + k) * h * w + y)];
+}
+
+ConvGeometry planar(ConvGeometry g) {
+  g.channels_last = false;
+  return g;
+}
+
+template <class T>
+void im2col_forward(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g) {
+  if (!g.channels_last) return im2col::forward(x, w, bias, out, g);
+  std::vector<T> planes(static_cast<std::size_t>(g.n * g.o * g.oh * g.ow));
+  im2col::forward(to_nchw(x, g.n, g.c, g.h, g.w).data(), w, bias, planes.data(), planar(g));
+  to_nhwc(planes, out, g.n, g.o, g.oh, g.ow);
+}
+
+template <class T>
+void im2col_input_grad(const T* grad_output, const T* w, T* dx, const ConvGeometry& g) {
+  if (!g.channels_last) return im2col::input_grad(grad_output, w, dx, g);
+  std::vector<T> planes(static_cast<std::size_t>(g.n * g.c * g.h * g.w));
+  im2col::input_grad(to_nchw(grad_output, g.n, g.o, g.oh, g.ow).data(), w, planes.data(), planar(g));
+  to_nhwc(planes, dx, g.n, g.c, g.h, g.w);
+}
+
+template <class T>
+void im2col_weight_grad(const T* x, const T* grad_output, T* dw, T* db, const ConvGeometry& g) {
+  if (!g.channels_last) return im2col::weight_grad(x, grad_output, dw, db, g);
+  im2col::weight_grad(to_nchw(x, g.n, g.c, g.h, g.w).data(), to_nchw(grad_output, g.n, g.o, g.oh, g.ow).data(), dw,
+                      db, planar(g));
+}
+
 ConvPath resolve(ConvPath path, ConvDirection direction, const ConvGeometry& g, bool float64) {
   if (float64) return ConvPath::im2col;  // oneDNN has no float64 convolution
   if (path == ConvPath::automatic) path = environment_path();
@@ -58,34 +111,34 @@ ConvPath resolve(ConvPath path, ConvDirection direction, const ConvGeometry& g, 
 void conv2d_forward(const float* x, const float* w, const float* bias, float* out, const ConvGeometry& g,
                     ConvPath path) {
   if (resolve(path, ConvDirection::forward, g, false) == ConvPath::onednn) return onednn::forward(x, w, bias, out, g);
-  im2col::forward(x, w, bias, out, g);
+  im2col_forward(x, w, bias, out, g);
 }
 
 void conv2d_forward(const double* x, const double* w, const double* bias, double* out, const ConvGeometry& g,
                     ConvPath) {
-  im2col::forward(x, w, bias, out, g);
+  im2col_forward(x, w, bias, out, g);
 }
 
 void conv2d_input_grad(const float* grad_output, const float* w, float* dx, const ConvGeometry& g, ConvPath path) {
   if (resolve(path, ConvDirection::input_grad, g, false) == ConvPath::onednn)
     return onednn::input_grad(grad_output, w, dx, g);
-  im2col::input_grad(grad_output, w, dx, g);
+  im2col_input_grad(grad_output, w, dx, g);
 }
 
 void conv2d_input_grad(const double* grad_output, const double* w, double* dx, const ConvGeometry& g, ConvPath) {
-  im2col::input_grad(grad_output, w, dx, g);
+  im2col_input_grad(grad_output, w, dx, g);
 }
 
 void conv2d_weight_grad(const float* x, const float* grad_output, float* dw, float* db, const ConvGeometry& g,
                         ConvPath path) {
   if (resolve(path, ConvDirection::weight_grad, g, false) == ConvPath::onednn)
     return onednn::weight_grad(x, grad_output, dw, db, g);
-  im2col::weight_grad(x, grad_output, dw, db, g);
+  im2col_weight_grad(x, grad_output, dw, db, g);
 }
 
 void conv2d_weight_grad(const double* x, const double* grad_output, double* dw, double* db, const ConvGeometry& g,
                         ConvPath) {
-  im2col::weight_grad(x, grad_output, dw, db, g);
+  im2col_weight_grad(x, grad_output, dw, db, g);
 }
 
 void conv2d_backward(const float* x, const float* grad_output, const float* w, float* dx, float* dw, float* db,

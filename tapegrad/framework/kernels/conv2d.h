@@ -1,16 +1,20 @@
 #pragma once
-// Internal (not installed): the kernels layer's 2-d convolution, NCHW in and out. ops/conv.cpp checks shapes and
-// records the tape; this computes, and nothing above it knows which library does.
+// Internal (not installed): the kernels layer's 2-d convolution, NCHW or NHWC (channels-last) activations in and
+// out. ops/conv.cpp checks shapes and records the tape; this computes, and nothing above it knows which library
+// does.
 #include <cstddef>
 #include <cstdint>
 
 namespace tapegrad::kernels {
 
 /// Every extent of one convolution, already checked by the op: input [n, c, h, w], weight [o, c/groups, kh, kw],
-/// output [n, o, oh, ow].
+/// output [n, o, oh, ow]. With `channels_last`, the activation buffers (input, output, grad_output and the input
+/// gradient) hold those tensors in NHWC order ([n, h, w, c] row-major); the weight and its gradient are always
+/// [o, c/groups, kh, kw] row-major.
 struct ConvGeometry {
   std::int64_t n, c, h, w, o, kh, kw, oh, ow;
   std::int64_t stride_h, stride_w, padding_h, padding_w, dilation_h, dilation_w, groups;
+  bool channels_last = false;
   std::int64_t cg() const { return c / groups; }
   std::int64_t og() const { return o / groups; }
   bool operator==(const ConvGeometry&) const = default;
@@ -22,7 +26,8 @@ enum class ConvPath { automatic, im2col, onednn };
 /// The three directions of a convolution, each with its own primitive and its own choice of path.
 enum class ConvDirection { forward, input_grad, weight_grad };
 
-/// The path `automatic` takes for this direction, geometry and dtype (float64 is always im2col).
+/// The path `automatic` takes for this direction, geometry and dtype (float64 is always im2col; a channels-last
+/// float32 convolution always oneDNN, on NHWC memory).
 ConvPath conv2d_path(ConvDirection direction, const ConvGeometry& g, bool float64);
 
 /// out = conv(x, w) + bias (bias may be null).

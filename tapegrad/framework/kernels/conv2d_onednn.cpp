@@ -1,9 +1,13 @@
 // The float32 convolution on oneDNN's convolution primitives (forward, backward-data, backward-weights), which
 // pick their AVX2 / AVX-512 / AMX code from the CPU at run time.
 //
-// Note: the primitives are created with format_tag::any, so oneDNN chooses its blocked layouts (nChw16c and
-// OIhw16i16o on AVX-512); tapegrad's tensors stay plain NCHW, so each call reorders its operands into those
-// layouts and the result back. Measured (bench/conv_layers), the direct blocked kernels with the reorders still
+// Note: for NCHW tensors the primitives are created with format_tag::any, so oneDNN chooses its blocked layouts
+// (nChw16c and OIhw16i16o on AVX-512); tapegrad's tensors stay plain NCHW, so each call reorders its operands into
+// those layouts and the result back. For channels-last tensors (ConvGeometry::channels_last) the activations are
+// described as NHWC, oneDNN's own format_tag::nhwc, so its NHWC kernels read and write the tensors' buffers with
+// no reorder; only the weights (small) are still reordered into the layout the primitive picks. The exception is
+// backward-weights on the layers where nhwc_weight_grad (below) measured oneDNN's NHWC kernel slower than the
+// blocked one with its reorders. Measured (bench/conv_layers), the direct blocked kernels with the reorders still
 // beat both im2col + GEMM and oneDNN's own plain-layout (im2col) convolution on most layers; kernels/conv2d.cpp
 // holds the rule for the rest.
 #include <tapegrad/framework/kernels/conv2d_onednn.h>
@@ -41,7 +45,7 @@ struct Key {
 struct KeyHash {
   std::size_t operator()(const Key& key) const {
     const ConvGeometry& g = key.g;
-    std::size_t hash = static_cast<std::size_t>(key.direction) * 2 + (key.bias ? 1 : 0);
+    std::size_t hash = static_cast<std::size_t>(key.direction) * 4 + (key.bias ? 1 : 0) + (g.channels_last ? 2 : 0);
     for (std::int64_t field : {g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride_h, g.stride_w, g.padding_h, g.padding_w,
                                g.dilation_h, g.dilation_w, g.groups, std::int64_t{key.threads}})
       hash = hash * 1000003u ^ static_cast<std::size_t>(field);
@@ -70,10 +74,14 @@ memory::dims dims(std::initializer_list<std::int64_t> values) { return memory::d
 memory::desc plain(const memory::dims& shape, Tag tag) { return memory::desc(shape, memory::data_type::f32, tag); }
 memory::desc any(const memory::dims& shape) { return memory::desc(shape, memory::data_type::f32, Tag::any); }
 
+// Whether backward-weights of a channels-last convolution runs oneDNN's NHWC kernel (else the blocked one, with
+// the activations reordered in). See the measurement above nhwc_weight_grad's definition.
+bool nhwc_weight_grad(const ConvGeometry& g);
+
 // The descriptions every direction shares: the plain user layouts and the convolution's parameters.
 struct Shapes {
   memory::dims src, weights, bias, dst, strides, dilates, padding_l, padding_r;
-  Tag weights_tag;
+  Tag weights_tag, activation_tag;
   explicit Shapes(const ConvGeometry& g)
       : src(dims({g.n, g.c, g.h, g.w})),
         weights(g.groups == 1 ? dims({g.o, g.c, g.kh, g.kw}) : dims({g.groups, g.og(), g.cg(), g.kh, g.kw})),
@@ -86,7 +94,12 @@ struct Shapes {
         // Note: the right padding may exceed what the last window reads (floor mode); oneDNN accepts that as
         // long as its output-size formula gives the same extent, which it does with equal padding.
         padding_r(dims({g.padding_h, g.padding_w})),
-        weights_tag(g.groups == 1 ? Tag::oihw : Tag::goihw) {}
+        weights_tag(g.groups == 1 ? Tag::oihw : Tag::goihw),
+        activation_tag(g.channels_last ? Tag::nhwc : Tag::nchw) {}
+  // The primitive's activation layout: the user's own NHWC when channels-last (no reorder), else oneDNN's pick.
+  memory::desc inner(const memory::dims& shape, bool nhwc) const {
+    return nhwc ? plain(shape, Tag::nhwc) : any(shape);
+  }
 };
 
 Operand operand(int argument, const memory::desc& user, const memory::desc& inner, bool output) {
@@ -99,24 +112,28 @@ Operand operand(int argument, const memory::desc& user, const memory::desc& inne
   return result;
 }
 
-dnnl::convolution_forward::primitive_desc forward_desc(const Shapes& s, bool bias) {
+dnnl::convolution_forward::primitive_desc forward_desc(const Shapes& s, bool bias, bool nhwc) {
+  const memory::desc src = s.inner(s.src, nhwc), dst = s.inner(s.dst, nhwc);
   const auto desc =
       bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                             any(s.src), any(s.weights), plain(s.bias, Tag::x), any(s.dst), s.strides,
-                                             s.dilates, s.padding_l, s.padding_r)
+                                             src, any(s.weights), plain(s.bias, Tag::x), dst, s.strides, s.dilates,
+                                             s.padding_l, s.padding_r)
            : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                             any(s.src), any(s.weights), any(s.dst), s.strides, s.dilates,
-                                             s.padding_l, s.padding_r);
+                                             src, any(s.weights), dst, s.strides, s.dilates, s.padding_l,
+                                             s.padding_r);
   return {desc, user_scratchpad(), cpu_engine()};
 }
 
 std::shared_ptr<const Entry> build(const Key& key) {
   const Shapes s(key.g);
-  const memory::desc src = plain(s.src, Tag::nchw), weights = plain(s.weights, s.weights_tag),
-                     dst = plain(s.dst, Tag::nchw), bias = plain(s.bias, Tag::x);
+  const memory::desc src = plain(s.src, s.activation_tag), weights = plain(s.weights, s.weights_tag),
+                     dst = plain(s.dst, s.activation_tag), bias = plain(s.bias, Tag::x);
+  const bool nhwc = key.g.channels_last;
+  // This direction's activation layout: NHWC as given, except backward-weights where measured slower.
+  const bool nhwc_here = nhwc && (key.direction != ConvDirection::weight_grad || nhwc_weight_grad(key.g));
   auto entry = std::make_shared<Entry>();
   // Note: the backward primitives take the forward one as a hint (oneDNN picks matching layouts and kernels).
-  const auto forward_pd = forward_desc(s, key.bias);
+  const auto forward_pd = forward_desc(s, key.bias, nhwc_here);
   switch (key.direction) {
     case ConvDirection::forward: {
       entry->primitive = dnnl::convolution_forward(forward_pd);
@@ -128,9 +145,9 @@ std::shared_ptr<const Entry> build(const Key& key) {
       break;
     }
     case ConvDirection::input_grad: {
-      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, any(s.src),
-                                                       any(s.weights), any(s.dst), s.strides, s.dilates,
-                                                       s.padding_l, s.padding_r);
+      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, s.inner(s.src, nhwc_here),
+                                                       any(s.weights), s.inner(s.dst, nhwc_here), s.strides,
+                                                       s.dilates, s.padding_l, s.padding_r);
       const dnnl::convolution_backward_data::primitive_desc pd(desc, user_scratchpad(), cpu_engine(), forward_pd);
       entry->primitive = dnnl::convolution_backward_data(pd);
       entry->operands = {operand(DNNL_ARG_DIFF_DST, dst, pd.diff_dst_desc(), false),
@@ -140,12 +157,13 @@ std::shared_ptr<const Entry> build(const Key& key) {
       break;
     }
     case ConvDirection::weight_grad: {
+      const memory::desc inner_src = s.inner(s.src, nhwc_here), inner_dst = s.inner(s.dst, nhwc_here);
       const auto desc =
-          key.bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(s.src),
-                                                              any(s.weights), plain(s.bias, Tag::x), any(s.dst),
+          key.bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, inner_src,
+                                                              any(s.weights), plain(s.bias, Tag::x), inner_dst,
                                                               s.strides, s.dilates, s.padding_l, s.padding_r)
-                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(s.src),
-                                                              any(s.weights), any(s.dst), s.strides, s.dilates,
+                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, inner_src,
+                                                              any(s.weights), inner_dst, s.strides, s.dilates,
                                                               s.padding_l, s.padding_r);
       const dnnl::convolution_backward_weights::primitive_desc pd(desc, user_scratchpad(), cpu_engine(), forward_pd);
       entry->primitive = dnnl::convolution_backward_weights(pd);
@@ -159,6 +177,15 @@ std::shared_ptr<const Entry> build(const Key& key) {
   }
   return entry;
 }
+
+// Note: bench/conv_layouts times oneDNN's NHWC kernels against its blocked ones with tapegrad's reorders, per
+// direction. NHWC forward and backward-data were faster or level on every 3x3 layer of bench/compare's cnn and
+// resnet; backward-weights was slower on the strided 32->64 layer in every run (1 thread: 5.19 against 4.08 ms
+// quiet, docs/performance.md; 9.96 against 6.99 ms at load ~4, 2026-12-07 14:58, `conv_layouts --threads 1
+// --rounds 3`), and mixed on the stride-1 layers (faster on resnet_s3/s4 and on cnn_conv2 at 2 threads, up to
+// 14% slower on cnn_conv2 and resnet_s2 at 1 thread under load). The blocked kernel here also pays grad_output's
+// reorder (which backward-data, NHWC, no longer shares), so only the strided case clearly favours it.
+bool nhwc_weight_grad(const ConvGeometry& g) { return g.stride_h == 1 && g.stride_w == 1; }
 
 // Note: 128 covers a ResNet's distinct (shape, direction) pairs several times.
 using Cache = LruCache<Key, Entry, KeyHash>;

@@ -1,6 +1,10 @@
 // Fused BatchNorm, the two ops: their checks, their tape records, and each backward beside its forward
 // (fused without create_graph, composed from tapegrad ops with it). The passes over the data, their visiting
 // order and threads are framework/kernels/batch_norm_passes.cpp.
+// Channels-last: an [N, C, H, W] input that suggests channels-last is, in memory, an [N*H*W, C] matrix with C
+// innermost, so the kernels see it as BatchNorm1d's [N*H*W, C] (their row versions, vectorised over channels);
+// the output and the input gradient are channels-last (PyTorch's), and the statistics are the same per-channel
+// sums taken in another order (equal within float rounding, not bit-for-bit).
 #include <tapegrad/framework/ops/batch_norm.h>
 
 #include <cmath>
@@ -11,6 +15,7 @@
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/kernels/batch_norm_passes.h>
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
+#include <tapegrad/framework/memory_format.h>
 #include <tapegrad/framework/ops/detail/batch_norm_relu.h>
 #include <tapegrad/framework/ops/detail/relu_backward.h>
 #include <tapegrad/framework/ops/elementwise.h>
@@ -40,6 +45,15 @@ void check_channel_vector(const Tensor& t, const char* name, const Tensor& x, co
          shape_string(t.shape()));
   if (t.dtype() != x.dtype())
     fail("{}: {} is {} but the input is {}", op, name, dtype_name(t.dtype()), dtype_name(x.dtype()));
+}
+
+// The format BatchNorm runs in: channels-last when the input suggests it (PyTorch's batch_norm keeps the input's
+// suggested format), else row-major.
+MemoryFormat input_format(const Tensor& x) { return x.suggest_memory_format(); }
+
+// The kernels' view of an input in `format`: channels-last [N, C, H, W] is [N*H*W, C] in memory.
+Layout kernel_layout(const Layout& l, MemoryFormat format) {
+  return format == MemoryFormat::ChannelsLast ? Layout{l.n * l.s, l.c, 1} : l;
 }
 
 // Per-channel values of an optional [C] tensor as double (`fallback` when undefined).
@@ -113,12 +127,13 @@ std::vector<Tensor> differentiable_inputs(const Tensor& x, const Tensor& weight,
 // per-channel coefficients through the same affine kernel (rounding every operation once), so the same bits.
 // Note: recomputing instead of saving the output keeps one tensor fewer alive until backward, and leaves the
 // output free to be modified in place.
-Tensor relu_input(const Tensor& x, const Layout& l, const Doubles& shift, const Doubles& scale,
+// `l` is the kernels' layout of x in `format`.
+Tensor relu_input(const Tensor& x, const Layout& l, MemoryFormat format, const Doubles& shift, const Doubles& scale,
                   const Doubles& offset) {
-  Tensor y = empty(x.shape(), x.dtype());
+  Tensor y = empty(x.shape(), x.dtype(), format);
   detail::dispatch_floating(x.dtype(), "batch_norm_relu backward", [&](auto tag) {
     using T = decltype(tag);
-    kernels::batch_norm_affine(x.data<T>(), l, shift, scale, offset, y.data<T>());
+    kernels::batch_norm_affine(x.data<T>(format), l, shift, scale, offset, y.data<T>(format));
   });
   return y;
 }
@@ -146,9 +161,11 @@ void append_affine_grads(std::vector<Tensor>& out, NeedsGrad needs, bool has_wei
 
 BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, double eps,
                                    bool relu) {
-  const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
   const char* op = relu ? "batch_norm_train_relu" : "batch_norm_train";
-  const Layout l = check_input(input, op);
+  check_input(input_in, op);
+  const MemoryFormat format = input_format(input_in);
+  const Tensor input = input_in.contiguous(format), weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  const Layout l = kernel_layout(check_input(input, op), format);
   check_channel_vector(weight, "weight", input, op);
   check_channel_vector(bias, "bias", input, op);
   if (l.per_channel() == 1)
@@ -160,10 +177,11 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
   auto mean = std::make_shared<Doubles>(channels);
   auto invstd = std::make_shared<Doubles>(channels);
   Doubles var_sum(channels);
-  Tensor out = empty(input.shape(), input.dtype());
+  Tensor out = empty(input.shape(), input.dtype(), format);
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::batch_norm_train_forward(input.data<T>(), l, w, b, eps, out.data<T>(), *mean, var_sum, *invstd, relu);
+    kernels::batch_norm_train_forward(input.data<T>(format), l, w, b, eps, out.data<T>(format), *mean, var_sum,
+                                      *invstd, relu);
   });
 
   Doubles biased(channels), unbiased(channels);
@@ -182,14 +200,16 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
   const auto relu_bias = relu ? std::make_shared<const Doubles>(b) : nullptr;
   if (trace::active()) trace::annotate(out, {{"weight", weight_in}, {"bias", bias_in}, {"eps", eps}});
   result.output = record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
-    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, mean, invstd, eps, l, has_weight,
-            has_bias](const Tensor& g_out, NeedsGrad needs) {
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, mean, invstd, eps, l, format,
+            has_weight, has_bias](const Tensor& g_in, NeedsGrad needs) {
       const Tensor& x = sx.get();
+      const Tensor g_out = g_in.contiguous(format);  // dx takes the input's format whatever the gradient's
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       const Doubles wv = channel_values(weight_now, l.c, 1.0);
       if (is_grad_enabled()) {
-        const Tensor g =
-            relu_bias ? detail::relu_backward(g_out, relu_input(x, l, *mean, times(*invstd, wv), *relu_bias)) : g_out;
+        const Tensor g = relu_bias ? detail::relu_backward(
+                                         g_out, relu_input(x, l, format, *mean, times(*invstd, wv), *relu_bias))
+                                   : g_out;
         return composed_train_backward(g, x, weight_now, eps, needs, has_weight, has_bias);
       }
       // Note: without create_graph the fused kernel gives dx, dweight and dbias in one sweep (applying a fused
@@ -197,11 +217,11 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
       const Tensor& g = g_out;
       const std::size_t channels = static_cast<std::size_t>(l.c);
       Doubles sum_g(channels), sum_gxc(channels);
-      Tensor dx = needs[0] ? empty(x.shape(), x.dtype()) : Tensor();
+      Tensor dx = needs[0] ? empty(x.shape(), x.dtype(), format) : Tensor();
       detail::dispatch_floating(x.dtype(), "batch_norm_train backward", [&](auto tag) {
         using T = decltype(tag);
-        kernels::batch_norm_train_backward(g.data<T>(), x.data<T>(), l, wv, *mean, *invstd,
-                                           needs[0] ? dx.data<T>() : nullptr, sum_g, sum_gxc, relu_bias.get());
+        kernels::batch_norm_train_backward(g.data<T>(format), x.data<T>(format), l, wv, *mean, *invstd,
+                                           needs[0] ? dx.data<T>(format) : nullptr, sum_g, sum_gxc, relu_bias.get());
       });
       std::vector<Tensor> grads{dx};
       append_affine_grads(grads, needs, has_weight, has_bias, sum_g, sum_gxc, *invstd, x.dtype());
@@ -213,10 +233,12 @@ BatchNormTrainResult train_forward(const Tensor& input_in, const Tensor& weight_
 
 Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor& var_in, const Tensor& weight_in,
                     const Tensor& bias_in, double eps, bool relu) {
-  const Tensor input = input_in.contiguous(), mean = mean_in.contiguous(), var = var_in.contiguous();
-  const Tensor weight = weight_in.contiguous(), bias = bias_in.contiguous();
   const char* op = relu ? "batch_norm_eval_relu" : "batch_norm_eval";
-  const Layout l = check_input(input, op);
+  check_input(input_in, op);
+  const MemoryFormat format = input_format(input_in);
+  const Tensor input = input_in.contiguous(format), mean = mean_in.contiguous(), var = var_in.contiguous();
+  const Tensor weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  const Layout l = kernel_layout(check_input(input, op), format);
   mean.check_defined(op);
   var.check_defined(op);
   check_channel_vector(mean, "mean", input, op);
@@ -235,10 +257,10 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
   auto scale = std::make_shared<Doubles>(channels);
   kernels::eval_coefficients(v.data(), weight.defined() ? w.data() : nullptr, eps, l.c, invstd->data(),
                              scale->data());
-  Tensor out = empty(input.shape(), input.dtype());
+  Tensor out = empty(input.shape(), input.dtype(), format);
   detail::dispatch_floating(input.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    kernels::batch_norm_affine(input.data<T>(), l, *m, *scale, b, out.data<T>(), relu);
+    kernels::batch_norm_affine(input.data<T>(format), l, *m, *scale, b, out.data<T>(format), relu);
   });
 
   const bool has_weight = weight.defined(), has_bias = bias.defined();
@@ -249,23 +271,26 @@ Tensor eval_forward(const Tensor& input_in, const Tensor& mean_in, const Tensor&
         out,
         {{"weight", weight_in}, {"bias", bias_in}, {"running_mean", mean_in}, {"running_var", var_in}, {"eps", eps}});
   return record_if_needed(op, out, differentiable_inputs(input, weight, bias), [&] {
-    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, scale, m, invstd, l, has_weight,
-            has_bias](const Tensor& g_out, NeedsGrad needs) {
+    return [sx = SavedTensor(input, op), sw = SavedTensor(weight, op), relu_bias, scale, m, invstd, l, format,
+            has_weight, has_bias](const Tensor& g_in, NeedsGrad needs) {
       const Tensor& x = sx.get();
-      const Tensor g = relu_bias ? detail::relu_backward(g_out, relu_input(x, l, *m, *scale, *relu_bias)) : g_out;
+      const Tensor g_out = g_in.contiguous(format);
+      const Tensor g =
+          relu_bias ? detail::relu_backward(g_out, relu_input(x, l, format, *m, *scale, *relu_bias)).contiguous(format)
+                    : g_out;
       const Tensor weight_now = has_weight ? sw.get() : Tensor();
       if (is_grad_enabled()) return composed_eval_backward(g, x, weight_now, *m, *invstd, needs, has_weight, has_bias);
       const std::size_t channels = static_cast<std::size_t>(l.c);
       Doubles sum_g(channels), sum_gxc(channels);
-      Tensor dx = needs[0] ? empty(x.shape(), x.dtype()) : Tensor();
+      Tensor dx = needs[0] ? empty(x.shape(), x.dtype(), format) : Tensor();
       detail::dispatch_floating(x.dtype(), "batch_norm_eval backward", [&](auto tag) {
         using T = decltype(tag);
         if (needs[1] || (has_bias && needs[has_weight ? 2 : 1]))
-          kernels::batch_norm_grad_sums(g.data<T>(), x.data<T>(), l, *m, sum_g, sum_gxc);
+          kernels::batch_norm_grad_sums(g.data<T>(format), x.data<T>(format), l, *m, sum_g, sum_gxc);
         if (needs[0]) {
           // dx = g * weight * invstd: the forward's scale.
-          kernels::batch_norm_affine(g.data<T>(), l, Doubles(channels, 0.0), *scale, Doubles(channels, 0.0),
-                                     dx.data<T>());
+          kernels::batch_norm_affine(g.data<T>(format), l, Doubles(channels, 0.0), *scale, Doubles(channels, 0.0),
+                                     dx.data<T>(format));
         }
       });
       std::vector<Tensor> grads{dx};

@@ -1,5 +1,8 @@
 // Convolution ops: shape checks, the output allocation and the tape records. The computing is in
 // framework/kernels/conv2d (oneDNN's convolution primitives or im2col + GEMM, chosen per shape there).
+// Channels-last: a convolution whose input or weight suggests channels-last runs on NHWC buffers and returns its
+// output and its input gradient channels-last (PyTorch 1.13's rule, checked with torch on mixed and size-1
+// cases); the weight and its gradient keep the weight's own format (the kernels read a row-major copy).
 #include <tapegrad/framework/ops/conv.h>
 
 #include <tuple>
@@ -8,7 +11,9 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/memory_format.h>
 #include <tapegrad/framework/kernels/conv2d.h>
+#include <tapegrad/framework/ops/detail/autocast.h>
 #include <tapegrad/framework/ops/reduction.h>
 
 namespace tapegrad {
@@ -28,6 +33,17 @@ struct ConvParams {
   IntPair stride, padding, dilation;
   std::int64_t groups;
 };
+
+constexpr MemoryFormat kChannelsLast = MemoryFormat::ChannelsLast;
+
+// The format a convolution runs in, given its two activation-or-weight operands: PyTorch's
+// mkldnn_conv_use_channels_last / thnn_conv_use_channels_last (either suggests channels-last). A tensor that is
+// both row-major and channels-last (C == 1, or 1x1 spatial) suggests row-major, so alone it keeps the old path.
+MemoryFormat conv_format(const Tensor& a, const Tensor& b) {
+  return a.suggest_memory_format() == kChannelsLast || b.suggest_memory_format() == kChannelsLast
+             ? kChannelsLast
+             : MemoryFormat::Contiguous;
+}
 
 using Geometry = kernels::ConvGeometry;
 
@@ -78,37 +94,46 @@ struct RawGrads {
 // The weight gradient, and the input and bias gradients when asked, in one kernel call (oneDNN sums the bias
 // gradient while it reads grad_output for the weight's, and reorders grad_output once for the input's and the
 // weight's); not recorded, so only for a backward that does not build a graph.
+// `input` is in `format` (the forward's), `weight` row-major; grad_output is brought to `format`.
 RawGrads raw_grads(const Tensor& input, const Tensor& grad_output_in, const Tensor& weight, const ConvParams& p,
-                   bool want_input, bool want_bias) {
-  const Tensor grad_output = grad_output_in.contiguous();
-  const Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
-  RawGrads out{want_input ? empty(input.shape(), input.dtype()) : Tensor(), empty(weight.shape(), input.dtype()),
-               want_bias ? empty({g.o}, input.dtype()) : Tensor()};
+                   MemoryFormat format, bool want_input, bool want_bias) {
+  const Tensor grad_output = grad_output_in.contiguous(format);
+  Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
+  g.channels_last = format == kChannelsLast;
+  RawGrads out{want_input ? empty(input.shape(), input.dtype(), format) : Tensor(),
+               empty(weight.shape(), input.dtype()), want_bias ? empty({g.o}, input.dtype()) : Tensor()};
   detail::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     T* db = want_bias ? out.bias.data<T>() : nullptr;
     if (want_input)
-      kernels::conv2d_backward(input.data<T>(), grad_output.data<T>(), weight.data<T>(), out.input.data<T>(),
-                               out.weight.data<T>(), db, g);
+      kernels::conv2d_backward(input.data<T>(format), grad_output.data<T>(format), weight.data<T>(),
+                               out.input.data<T>(format), out.weight.data<T>(), db, g);
     else
-      kernels::conv2d_weight_grad(input.data<T>(), grad_output.data<T>(), out.weight.data<T>(), db, g);
+      kernels::conv2d_weight_grad(input.data<T>(format), grad_output.data<T>(format), out.weight.data<T>(), db, g);
   });
   return out;
 }
 
 Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, const ConvParams& p) {
-  const Tensor input = input_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
-  const Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
+  const MemoryFormat format = conv_format(input_in, weight_in);
+  const Tensor input = input_in.contiguous(format), weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  Geometry g = make_geometry("conv2d", input.shape(), weight.shape(), p);
+  g.channels_last = format == kChannelsLast;
   if (bias.defined()) {
     check_floating_pair("conv2d", input, "input", bias, "bias");
     if (bias.shape() != Shape{g.o})
       fail("conv2d: bias {} must be [{}], one value per output channel", shape_string(bias.shape()), g.o);
   }
-  Tensor out = empty({g.n, g.o, g.oh, g.ow}, input.dtype());
+  if (detail::autocast_applies({input, weight, bias})) {  // bfloat16 (ops/conv_autocast.cpp), on NCHW copies
+    Geometry plain = g;
+    plain.channels_last = false;
+    return detail::autocast_conv2d(input, weight, bias, plain);
+  }
+  Tensor out = empty({g.n, g.o, g.oh, g.ow}, input.dtype(), format);
   detail::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    kernels::conv2d_forward(input.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
-                            out.data<T>(), g);
+    kernels::conv2d_forward(input.data<T>(format), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                            out.data<T>(format), g);
   });
   std::vector<Tensor> inputs{input, weight};
   if (bias.defined()) inputs.push_back(bias);
@@ -118,15 +143,17 @@ Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Ten
                           {"dilation", std::vector<std::int64_t>{p.dilation.h, p.dilation.w}},
                           {"groups", p.groups}});
   return record_if_needed("conv2d", out, inputs, [&] {
-    return [sx = SavedTensor(input, "conv2d"), sw = SavedTensor(weight, "conv2d"), has_bias = bias.defined(), p](
-               const Tensor& grad, NeedsGrad needs) {
+    return [sx = SavedTensor(input, "conv2d"), sw = SavedTensor(weight, "conv2d"), has_bias = bias.defined(), p,
+            format](const Tensor& grad_in, NeedsGrad needs) {
       std::vector<Tensor> grads(has_bias ? 3 : 2);
       const Tensor& x = sx.get();
       const Tensor& w = sw.get();
+      // Note: the gradients take the forward's format whatever grad_output's (PyTorch's input gradient does).
+      const Tensor grad = grad_in.contiguous(format);
       // Note: the fused kernel call is not differentiable; under create_graph the recorded ops are used.
       const bool want_bias = has_bias && needs[2];
       if (!is_grad_enabled() && needs[1] && (needs[0] || want_bias)) {
-        RawGrads raw = raw_grads(x, grad, w, p, needs[0], want_bias);
+        RawGrads raw = raw_grads(x, grad, w, p, format, needs[0], want_bias);
         grads[0] = std::move(raw.input);
         grads[1] = std::move(raw.weight);
         if (want_bias) grads[2] = std::move(raw.bias);
@@ -160,15 +187,17 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Int
 
 Tensor conv2d_input_grad(const Tensor& grad_output_in, const Tensor& weight_in, const Shape& input_shape, IntPair stride,
                          IntPair padding, IntPair dilation, std::int64_t groups) {
-  const Tensor grad_output = grad_output_in.contiguous(), weight = weight_in.contiguous();
-  check_floating_pair("conv2d_input_grad", grad_output, "grad_output", weight, "weight");
+  check_floating_pair("conv2d_input_grad", grad_output_in, "grad_output", weight_in, "weight");
+  const MemoryFormat format = conv_format(grad_output_in, weight_in);
+  const Tensor grad_output = grad_output_in.contiguous(format), weight = weight_in.contiguous();
   const ConvParams p{stride, padding, dilation, groups};
-  const Geometry g = make_geometry("conv2d_input_grad", input_shape, weight.shape(), p);
+  Geometry g = make_geometry("conv2d_input_grad", input_shape, weight.shape(), p);
+  g.channels_last = format == kChannelsLast;
   check_grad_output("conv2d_input_grad", grad_output, g);
-  Tensor out = empty(input_shape, weight.dtype());
+  Tensor out = empty(input_shape, weight.dtype(), format);
   detail::dispatch_floating(weight.dtype(), "conv2d_input_grad", [&](auto tag) {
     using T = decltype(tag);
-    kernels::conv2d_input_grad(grad_output.data<T>(), weight.data<T>(), out.data<T>(), g);
+    kernels::conv2d_input_grad(grad_output.data<T>(format), weight.data<T>(), out.data<T>(format), g);
   });
   return record_if_needed("conv2d_input_grad", out, {grad_output, weight}, [&] {
     return [sg = SavedTensor(grad_output, "conv2d_input_grad"), sw = SavedTensor(weight, "conv2d_input_grad"), p](
@@ -184,15 +213,17 @@ Tensor conv2d_input_grad(const Tensor& grad_output_in, const Tensor& weight_in, 
 
 Tensor conv2d_weight_grad(const Tensor& input_in, const Tensor& grad_output_in, const Shape& weight_shape, IntPair stride,
                           IntPair padding, IntPair dilation, std::int64_t groups) {
-  const Tensor input = input_in.contiguous(), grad_output = grad_output_in.contiguous();
-  check_floating_pair("conv2d_weight_grad", input, "input", grad_output, "grad_output");
+  check_floating_pair("conv2d_weight_grad", input_in, "input", grad_output_in, "grad_output");
+  const MemoryFormat format = conv_format(input_in, grad_output_in);
+  const Tensor input = input_in.contiguous(format), grad_output = grad_output_in.contiguous(format);
   const ConvParams p{stride, padding, dilation, groups};
-  const Geometry g = make_geometry("conv2d_weight_grad", input.shape(), weight_shape, p);
+  Geometry g = make_geometry("conv2d_weight_grad", input.shape(), weight_shape, p);
+  g.channels_last = format == kChannelsLast;
   check_grad_output("conv2d_weight_grad", grad_output, g);
   Tensor out = empty(weight_shape, input.dtype());
   detail::dispatch_floating(input.dtype(), "conv2d_weight_grad", [&](auto tag) {
     using T = decltype(tag);
-    kernels::conv2d_weight_grad(input.data<T>(), grad_output.data<T>(), out.data<T>(), nullptr, g);
+    kernels::conv2d_weight_grad(input.data<T>(format), grad_output.data<T>(format), out.data<T>(), nullptr, g);
   });
   return record_if_needed("conv2d_weight_grad", out, {input, grad_output}, [&] {
     return [sx = SavedTensor(input, "conv2d_weight_grad"), sg = SavedTensor(grad_output, "conv2d_weight_grad"), p](
