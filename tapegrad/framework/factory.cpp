@@ -67,11 +67,26 @@ Tensor zeros(const Shape& shape, TensorOptions options) {
   return finish(t, options);
 }
 Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
-Tensor zeros_like(const Tensor& like) { return zeros(like.shape(), TensorOptions{}.with_dtype(like.dtype())); }
-Tensor ones_like(const Tensor& like) { return ones(like.shape(), TensorOptions{}.with_dtype(like.dtype())); }
+// Note: the *_like factories keep a channels-last tensor's format, as libtorch's (MemoryFormat::Preserve, see
+// empty_like); every element holds the same value, so the dense buffer is filled in memory order either way.
 Tensor full_like(const Tensor& like, double value) {
-  return full(like.shape(), value, TensorOptions{}.with_dtype(like.dtype()));
+  like.check_defined("full_like");
+  Tensor t = empty_like(like);
+  const MemoryFormat format = t.is_contiguous() ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
+  detail::dispatch_all(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = t.data<T>(format);
+    const T v = static_cast<T>(value);
+    for (std::int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = v;
+  });
+  return t;
 }
+Tensor zeros_like(const Tensor& like) {
+  like.check_defined("zeros_like");
+  if (!like.is_contiguous() && like.is_contiguous(MemoryFormat::ChannelsLast)) return full_like(like, 0.0);
+  return zeros(like.shape(), TensorOptions{}.with_dtype(like.dtype()));
+}
+Tensor ones_like(const Tensor& like) { return full_like(like, 1.0); }
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, TensorOptions{}.with_dtype(dtype)); }
 
 Tensor arange(double start, double end, double step, DType dtype) {

@@ -15,6 +15,7 @@
 #include <tapegrad/framework/dtype.h>
 #include <tapegrad/framework/error.h>
 #include <tapegrad/framework/generator.h>
+#include <tapegrad/framework/memory_format.h>
 #include <tapegrad/framework/shape.h>
 
 TAPEGRAD_API_BEGIN
@@ -88,12 +89,29 @@ class Tensor {
   /// Untyped pointer to the first element; throws when the tensor is not contiguous.
   void* raw_data();
   const void* raw_data() const;
+  /// The same pointers for a tensor laid out in `format`: data<T>(MemoryFormat::ChannelsLast) is the dense NHWC
+  /// buffer of a channels-last tensor. Throws naming the format and the strides when !is_contiguous(format).
+  /// Note: data<T>() stays strictly row-major, so code written for NCHW never reads an NHWC buffer by mistake.
+  template <class T> T* data(MemoryFormat format);
+  template <class T> const T* data(MemoryFormat format) const;
+  void* raw_data(MemoryFormat format);
+  const void* raw_data(MemoryFormat format) const;
 
   // ---- layout ----
   /// True when the elements are in row-major order in memory (dims of extent 1 are ignored).
   bool is_contiguous() const;
   /// This tensor when contiguous; otherwise a contiguous copy of its values (differentiable).
   Tensor contiguous() const;
+  /// libtorch's is_contiguous(memory_format): ChannelsLast is true for a 4-d tensor whose memory is the dense
+  /// NHWC array (dims of extent 1 may have any stride, so some shapes are both); Preserve is refused.
+  bool is_contiguous(MemoryFormat format) const;
+  /// This tensor when is_contiguous(format); otherwise a copy laid out in `format` (differentiable; the
+  /// gradient passes through unchanged). ChannelsLast needs a 4-d tensor; Preserve is refused.
+  Tensor contiguous(MemoryFormat format) const;
+  /// libtorch's rule: ChannelsLast when the strides of a 4-d tensor order its dims C, W, H, N from fastest to
+  /// slowest (so also for a sliced channels-last tensor), with PyTorch's fallback to Contiguous on ambiguous
+  /// size-1 layouts; otherwise Contiguous. See docs/channels_last.md.
+  MemoryFormat suggest_memory_format() const;
   /// Steps in elements between neighbours along each dim (0 along an expanded dim).
   Shape strides() const;
   std::int64_t stride(std::int64_t d) const;
@@ -287,9 +305,15 @@ struct TensorOptions {
 };
 /// Uninitialised storage of the given shape (for kernels that overwrite every element).
 Tensor empty(const Shape& shape, DType dtype = DType::Float32);
+/// Uninitialised, laid out in `format` (Contiguous or ChannelsLast, which needs a 4-d shape).
+Tensor empty(const Shape& shape, DType dtype, MemoryFormat format);
+/// Uninitialised, like's shape and dtype; Preserve keeps like's format when it is channels-last (libtorch's
+/// Preserve for the dense layouts tapegrad's ops produce; any other layout gives row-major).
+Tensor empty_like(const Tensor& like, MemoryFormat format = MemoryFormat::Preserve);
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
 Tensor full(const Shape& shape, double value, TensorOptions options = {});
+/// Like's shape and dtype; a channels-last `like` gives a channels-last result, as libtorch's (Preserve).
 Tensor zeros_like(const Tensor& like);
 Tensor ones_like(const Tensor& like);
 Tensor full_like(const Tensor& like, double value);
