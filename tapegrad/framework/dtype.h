@@ -10,13 +10,15 @@ TAPEGRAD_API_BEGIN
 namespace tapegrad {
 
 /// The runtime element type of a tensor. Int64 is for labels, indices and counters: it never requires grad.
-enum class DType : std::uint8_t { Float32 = 0, Float64 = 1, Int64 = 2 };
+/// BFloat16 (tapegrad/framework/bfloat16.h) is a floating type stored in 2 bytes; most compute ops refuse it
+/// (docs/numerics.md).
+enum class DType : std::uint8_t { Float32 = 0, Float64 = 1, Int64 = 2, BFloat16 = 3 };
 
-/// "float32", "float64" or "int64".
+/// "float32", "float64", "int64" or "bfloat16".
 std::string_view dtype_name(DType dtype);
 /// Bytes per element.
 std::size_t element_size(DType dtype);
-/// True for Float32 and Float64.
+/// True for Float32, Float64 and BFloat16.
 inline bool is_floating(DType dtype) { return dtype != DType::Int64; }
 
 /// The DType of a C++ element type.

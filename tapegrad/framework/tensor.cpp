@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/strided.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
@@ -159,6 +160,8 @@ template std::int64_t* Tensor::data<std::int64_t>();
 template const float* Tensor::data<float>() const;
 template const double* Tensor::data<double>() const;
 template const std::int64_t* Tensor::data<std::int64_t>() const;
+template BFloat16* Tensor::data<BFloat16>();
+template const BFloat16* Tensor::data<BFloat16>() const;
 
 void* Tensor::raw_data() {
   check_defined("raw_data");

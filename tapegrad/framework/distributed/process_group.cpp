@@ -98,6 +98,7 @@ MPI_Datatype mpi_type(DType dtype, const char* op) {
     case DType::Float32: return MPI_FLOAT;
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int64: return MPI_INT64_T;
+    case DType::BFloat16: break;  // Note: MPI has no bfloat16 type to reduce; parameters and gradients stay float32.
   }
   fail("{}: unsupported dtype {}", op, dtype_name(dtype));
 }

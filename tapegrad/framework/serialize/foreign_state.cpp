@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/file_io.h>
 #include <tapegrad/framework/detail/printable.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
@@ -66,6 +67,7 @@ Element element_of(DType dtype) {
     case DType::Float32: return Element::Float32;
     case DType::Float64: return Element::Float64;
     case DType::Int64: break;
+    case DType::BFloat16: return Element::BFloat16;
   }
   return Element::Int64;
 }
@@ -131,6 +133,14 @@ Out read_one(const char* p, Element element) {
   return Out{};
 }
 
+// Note: any other element reaches bfloat16 through float, as torch's conversions do (c10::BFloat16 is built
+// from a float, so a double is rounded twice there too).
+template <>
+BFloat16 read_one<BFloat16>(const char* p, Element element) {
+  if (element == Element::BFloat16) return BFloat16{load_le<std::uint16_t>(p)};
+  return bfloat16_from_float(read_one<float>(p, element));
+}
+
 template <class Out>
 void decode_into(Out* out, const char* bytes, Element element, const Shape& shape, const Shape& strides,
                  std::int64_t offset) {
@@ -170,6 +180,7 @@ void decode_contiguous(const char* bytes, Element element, std::int64_t count, T
     case DType::Float32: decode_run(out.data<float>() + at, bytes, element, count); break;
     case DType::Float64: decode_run(out.data<double>() + at, bytes, element, count); break;
     case DType::Int64: decode_run(out.data<std::int64_t>() + at, bytes, element, count); break;
+    case DType::BFloat16: decode_run(out.data<BFloat16>() + at, bytes, element, count); break;
   }
 }
 
@@ -184,6 +195,7 @@ Tensor decode_strided(const char* bytes, Element element, const Shape& shape, co
     case DType::Float32: decode_into(out.data<float>(), bytes, element, shape, strides, offset); break;
     case DType::Float64: decode_into(out.data<double>(), bytes, element, shape, strides, offset); break;
     case DType::Int64: decode_into(out.data<std::int64_t>(), bytes, element, shape, strides, offset); break;
+    case DType::BFloat16: decode_into(out.data<BFloat16>(), bytes, element, shape, strides, offset); break;
   }
   return out;
 }

@@ -54,6 +54,7 @@ const char* storage_type(DType dtype) {
     case DType::Float32: return "FloatStorage";
     case DType::Float64: return "DoubleStorage";
     case DType::Int64: break;
+    case DType::BFloat16: return "BFloat16Storage";
   }
   return "LongStorage";
 }

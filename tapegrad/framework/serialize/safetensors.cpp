@@ -15,6 +15,7 @@
 #include <set>
 #include <type_traits>
 
+#include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/file_io.h>
 #include <tapegrad/framework/detail/printable.h>
 #include <tapegrad/framework/serialize/detail/foreign.h>
@@ -83,6 +84,8 @@ void store(To* out, const From* in, std::int64_t n, const std::string& path, con
     }
   } else if constexpr (std::is_same_v<To, From>) {
     std::memcpy(out, in, static_cast<std::size_t>(n) * sizeof(To));
+  } else if constexpr (std::is_same_v<To, BFloat16>) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = bfloat16_from_float(static_cast<float>(in[i]));
   } else {
     for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<To>(in[i]);
   }
@@ -95,6 +98,7 @@ void store_into(Tensor& target, std::int64_t at, const Tensor& wide, const std::
     case DType::Float32: store(target.data<float>() + at, in, wide.numel(), path, entry); break;
     case DType::Float64: store(target.data<double>() + at, in, wide.numel(), path, entry); break;
     case DType::Int64: store(target.data<std::int64_t>() + at, in, wide.numel(), path, entry); break;
+    case DType::BFloat16: store(target.data<BFloat16>() + at, in, wide.numel(), path, entry); break;
   }
 }
 
@@ -120,6 +124,7 @@ void read_tensor(int fd, const Entry& entry, std::uint64_t data_start, Tensor& t
       case DType::Float32: store_into<float>(target, at, wide, path, entry); break;
       case DType::Float64: store_into<double>(target, at, wide, path, entry); break;
       case DType::Int64: store_into<std::int64_t>(target, at, wide, path, entry); break;
+      case DType::BFloat16: break;  // Note: foreign::widened_dtype never gives bfloat16.
     }
   }
 }

@@ -135,6 +135,8 @@ void mark_live(Graph& graph) {
       return ::onnx::TensorProto_DataType_DOUBLE;
     case DType::Int64:
       return ::onnx::TensorProto_DataType_INT64;
+    case DType::BFloat16:
+      break;  // Note: export writes float32/float64/int64 data fields only; a bfloat16 model is converted first.
   }
   fail("export_onnx: dtype {} has no ONNX type", dtype_name(dtype));
 }
