@@ -13,6 +13,7 @@
 #include <string>
 
 #include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/distributed/detail/comm_profile.h>
 #include <tapegrad/framework/autograd/grad_mode.h>
 
 namespace tapegrad::distributed {
@@ -76,7 +77,10 @@ class MpiSession {
   ~MpiSession() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (owner_ && !finalized) MPI_Finalize();
+    if (owner_ && !finalized) {
+      detail::comm_profile_report();
+      MPI_Finalize();
+    }
   }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
@@ -84,6 +88,16 @@ class MpiSession {
  private:
   bool owner_ = false;
 };
+
+// Runs fn (one MPI call) as a span of the communication profile, labelled "<current label> <op>".
+template <class Fn>
+int timed(const char* op, Fn fn, detail::SpanKind kind = detail::SpanKind::Collective) {
+  if (!detail::comm_profile_on()) return fn();
+  const std::string& context = detail::comm_profile_label();
+  const std::string label = context.empty() ? std::string(op) : context + " " + op;
+  detail::CommSpan span(label, kind);
+  return fn();
+}
 
 void check(int status, const char* op) {
   if (status == MPI_SUCCESS) return;
@@ -150,14 +164,18 @@ ProcessGroup ProcessGroup::world() {
 
 int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::world_size() const { return impl_->size; }
-void ProcessGroup::barrier() const { check(MPI_Barrier(impl_->comm), "barrier"); }
+void ProcessGroup::barrier() const {
+  check(timed("barrier", [&] { return MPI_Barrier(impl_->comm); }), "barrier");
+}
 
 void ProcessGroup::check_same_layout(const Tensor& tensor, const char* op) const {
   if (!check_shapes_ || impl_->size == 1) return;
   const Layout mine = layout_of(tensor);
   std::vector<Layout> all(static_cast<std::size_t>(impl_->size));
-  check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(), static_cast<int>(mine.size()),
-                      MPI_INT64_T, impl_->comm),
+  check(timed("shape check", [&] {
+          return MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
+                               static_cast<int>(mine.size()), MPI_INT64_T, impl_->comm);
+        }),
         op);
   bool same = true;
   for (const Layout& other : all) same = same && other == all[0];
@@ -177,7 +195,9 @@ void ProcessGroup::allreduce(Tensor& tensor, ReduceOp op) const {
   check_same_layout(tensor, name);
   prepare_in_place(tensor, name);
   if (impl_->size == 1) return;
-  check(MPI_Allreduce(MPI_IN_PLACE, tensor.raw_data(), count_of(tensor, name), type, MPI_SUM, impl_->comm), name);
+  const int count = count_of(tensor, name);
+  check(timed(name, [&] { return MPI_Allreduce(MPI_IN_PLACE, tensor.raw_data(), count, type, MPI_SUM, impl_->comm); }),
+        name);
   if (op == ReduceOp::Mean) {
     NoGradGuard no_grad;
     tensor.mul_(1.0 / static_cast<double>(impl_->size));
@@ -192,7 +212,8 @@ void ProcessGroup::broadcast(Tensor& tensor, int root) const {
   check_same_layout(tensor, name);
   prepare_in_place(tensor, name);
   if (impl_->size == 1) return;
-  check(MPI_Bcast(tensor.raw_data(), count_of(tensor, name), type, root, impl_->comm), name);
+  const int count = count_of(tensor, name);
+  check(timed(name, [&] { return MPI_Bcast(tensor.raw_data(), count, type, root, impl_->comm); }), name);
 }
 
 std::vector<Tensor> ProcessGroup::allgather(const Tensor& tensor) const {
@@ -204,7 +225,8 @@ std::vector<Tensor> ProcessGroup::allgather(const Tensor& tensor) const {
   Shape gathered_shape = tensor.shape();
   gathered_shape.insert(gathered_shape.begin(), impl_->size);
   Tensor gathered = empty(gathered_shape, tensor.dtype());
-  check(MPI_Allgather(tensor.raw_data(), count, type, gathered.raw_data(), count, type, impl_->comm), name);
+  check(timed(name, [&] { return MPI_Allgather(tensor.raw_data(), count, type, gathered.raw_data(), count, type, impl_->comm); }),
+        name);
   std::vector<Tensor> out;
   const std::size_t bytes = static_cast<std::size_t>(tensor.numel()) * element_size(tensor.dtype());
   for (int r = 0; r < impl_->size; ++r) {
@@ -270,7 +292,8 @@ bool Work::test() {
   int done = 0;
   const SetYield set_yield = open_mpi_set_yield();
   const bool yielding = set_yield ? set_yield(false) : false;
-  const int status = MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE);
+  const int status =
+      timed("Work::test", [&] { return MPI_Test(&impl_->request, &done, MPI_STATUS_IGNORE); }, detail::SpanKind::Local);
   if (set_yield) set_yield(yielding);
   check(status, "Work::test");
   if (done) {
@@ -282,7 +305,8 @@ bool Work::test() {
 
 void Work::wait() {
   if (!impl_ || impl_->completed) return;
-  check(MPI_Wait(&impl_->request, MPI_STATUS_IGNORE), "Work::wait");
+  check(timed("Work::wait", [&] { return MPI_Wait(&impl_->request, MPI_STATUS_IGNORE); }, detail::SpanKind::Local),
+        "Work::wait");
   impl_->completed = true;
   impl_->tensor = Tensor();
 }
