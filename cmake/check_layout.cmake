@@ -16,6 +16,7 @@ set(levels
   "0  base         tapegrad/framework/version"
   "0  base         tapegrad/framework/error"
   "0  base         tapegrad/framework/dtype"
+  "0  base         tapegrad/framework/bfloat16"
   "0  base         tapegrad/framework/shape"
   "0  base         tapegrad/framework/checked_arithmetic"
   "0  base         tapegrad/framework/generator"

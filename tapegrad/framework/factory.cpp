@@ -50,7 +50,11 @@ Tensor empty(const Shape& shape, DType dtype) {
   return Tensor(impl);
 }
 
+// Note: bfloat16 values are made in float32 and rounded once (a double value rounds through float, as torch's).
+static Tensor to_bfloat16(const Tensor& wide, const TensorOptions& options) { return finish(wide.to(DType::BFloat16), options); }
+
 Tensor full(const Shape& shape, double value, TensorOptions options) {
+  if (options.dtype == DType::BFloat16) return to_bfloat16(full(shape, value), options);
   Tensor t = empty(shape, options.dtype);
   detail::dispatch_all(options.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -71,6 +75,7 @@ Tensor ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0,
 // empty_like); every element holds the same value, so the dense buffer is filled in memory order either way.
 Tensor full_like(const Tensor& like, double value) {
   like.check_defined("full_like");
+  if (like.dtype() == DType::BFloat16) return full(like.shape(), value, TensorOptions{}.with_dtype(like.dtype()));
   Tensor t = empty_like(like);
   const MemoryFormat format = t.is_contiguous() ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
   detail::dispatch_all(t.dtype(), [&](auto tag) {
@@ -96,6 +101,7 @@ Tensor arange(double start, double end, double step, DType dtype) {
   if (!std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step) || count >= 0x1p63)
     fail("arange: start {}, end {} and step {} do not give a finite count that fits 64 bits", start, end, step);
   const std::int64_t n = count > 0 ? static_cast<std::int64_t>(count) : 0;
+  if (dtype == DType::BFloat16) return arange(start, end, step).to(dtype);
   Tensor t = empty({n}, dtype);
   detail::dispatch_all(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -112,6 +118,7 @@ Tensor from_values(const std::vector<V>& values, const Shape& shape, TensorOptio
   check_shape(shape, "from_vector");
   if (static_cast<std::int64_t>(values.size()) != shape_numel(shape))
     fail("from_vector: {} values for shape {} ({} elements)", values.size(), shape_string(shape), shape_numel(shape));
+  if (options.dtype == DType::BFloat16) return to_bfloat16(from_values(values, shape, TensorOptions{}), options);
   Tensor t = empty(shape, options.dtype);
   detail::dispatch_all(options.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -4,6 +4,7 @@
 #include <tapegrad/framework/tensor.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/dispatch.h>
@@ -75,7 +76,7 @@ Tensor contiguous_values(const Tensor& t) {
   if (!t.defined() || t.impl()->contiguous) return t;
   const TensorImpl& from = *t.impl();
   Tensor out = empty(from.shape, from.dtype);
-  dispatch_all(from.dtype, [&](auto tag) {
+  dispatch_moves(from.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(from.storage->data());
     T* dst = out.data<T>();
@@ -89,7 +90,7 @@ Tensor contiguous_values(const Tensor& t) {
 
 void write_strided(const Tensor& dst, const Tensor& src) {
   const TensorImpl& to = *dst.impl();
-  dispatch_all(to.dtype, [&](auto tag) {
+  dispatch_moves(to.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* from = src.data<T>();
     T* base = static_cast<T*>(to.storage->data());
@@ -196,9 +197,13 @@ std::int64_t Tensor::storage_offset() const {
 namespace {
 // The element at storage position `at` (offset and strides already applied).
 double element_as_double(const TensorImpl& impl, std::int64_t at) {
-  return detail::dispatch_all(impl.dtype, [&](auto tag) {
+  return detail::dispatch_moves(impl.dtype, [&](auto tag) {
     using T = decltype(tag);
-    return static_cast<double>(static_cast<const T*>(impl.storage->data())[at]);
+    const T value = static_cast<const T*>(impl.storage->data())[at];
+    if constexpr (std::is_same_v<T, BFloat16>)
+      return static_cast<double>(bfloat16_to_float(value));
+    else
+      return static_cast<double>(value);
   });
 }
 }  // namespace
@@ -224,11 +229,16 @@ double Tensor::at(std::initializer_list<std::int64_t> index) const {
 
 std::vector<double> Tensor::to_vector() const {
   std::vector<double> values(static_cast<std::size_t>(numel()));
-  detail::dispatch_all(dtype(), [&](auto tag) {
+  detail::dispatch_moves(dtype(), [&](auto tag) {
     using T = decltype(tag);
     const Tensor values_in_order = detail::contiguous_values(*this);
     const T* p = values_in_order.data<T>();
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(p[i]);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if constexpr (std::is_same_v<T, BFloat16>)
+        values[i] = static_cast<double>(bfloat16_to_float(p[i]));
+      else
+        values[i] = static_cast<double>(p[i]);
+    }
   });
   return values;
 }

@@ -1,7 +1,10 @@
 #pragma once
 // Internal: runtime dtype -> compile-time element type.
+#include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/dtype.h>
 #include <tapegrad/framework/error.h>
+
+#include <utility>
 
 namespace tapegrad::detail {
 
@@ -29,6 +32,14 @@ decltype(auto) dispatch_all(DType dtype, F&& f) {
     case DType::BFloat16: fail("bfloat16 is not supported by this op: convert with .to(DType::Float32)");
   }
   return f(std::int64_t{});
+}
+
+/// Calls f(T{}) with T = float, double, std::int64_t or BFloat16: for code that only copies elements (views made
+/// contiguous, gathers, concatenation), where a bfloat16 is 2 bytes like any other.
+template <class F>
+decltype(auto) dispatch_moves(DType dtype, F&& f) {
+  if (dtype == DType::BFloat16) return f(BFloat16{});
+  return dispatch_all(dtype, std::forward<F>(f));
 }
 
 }  // namespace tapegrad::detail

@@ -114,7 +114,7 @@ Tensor flip(const Tensor& x_in, const std::vector<std::int64_t>& dims) {
       base += (x.shape()[d] - 1) * strides[d];
       strides[d] = -strides[d];
     }
-  detail::dispatch_all(x.dtype(), [&](auto tag) {
+  detail::dispatch_moves(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = x.data<T>();
     T* dst = out.data<T>();

@@ -249,7 +249,7 @@ void put_in_place(const Tensor& x, const std::vector<TensorIndex>& indices, cons
   const Shape indexed_strides(moved_strides.begin(), moved_strides.begin() + k);
   const Shape flat_strides = contiguous_strides(a.indexed);
   const std::int64_t rest_numel = shape_numel(rest);
-  detail::dispatch_all(x.dtype(), [&](auto tag) {
+  detail::dispatch_moves(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* storage = static_cast<T*>(x.impl()->storage->data());
     const T* from = source.data<T>();

@@ -35,10 +35,19 @@ bool overlaps(const TensorImpl& impl) {
 
 // Runs `update(T* values)` over the tensor's elements in row-major order. A contiguous tensor (the
 // common case) is updated where it lies; a strided view through a contiguous copy written back.
-template <class Update> void update_in_place(Tensor& self, const char* op, bool allow_overlap, Update update) {
+// Moves: `update` only stores values it is given (fill_, copy_), so it runs on bfloat16 too; any other update
+// refuses bfloat16 (dispatch_all).
+template <bool Moves = false, class F> void dispatch_update(DType dtype, F&& f) {
+  if constexpr (Moves)
+    detail::dispatch_moves(dtype, std::forward<F>(f));
+  else
+    detail::dispatch_all(dtype, std::forward<F>(f));
+}
+template <bool Moves = false, class Update>
+void update_in_place(Tensor& self, const char* op, bool allow_overlap, Update update) {
   TensorImpl& impl = *self.impl();
   if (impl.contiguous) {
-    detail::dispatch_all(impl.dtype, [&](auto tag) { update(self.data<decltype(tag)>()); });
+    dispatch_update<Moves>(impl.dtype, [&](auto tag) { update(self.data<decltype(tag)>()); });
   } else {
     if (!allow_overlap && overlaps(impl))
       fail(
@@ -46,7 +55,7 @@ template <class Update> void update_in_place(Tensor& self, const char* op, bool 
           "location (an expanded view); clone() it before writing in place",
           op, shape_string(impl.shape), shape_string(impl.strides));
     Tensor values = detail::contiguous_values(self);
-    detail::dispatch_all(impl.dtype, [&](auto tag) { update(values.data<decltype(tag)>()); });
+    dispatch_update<Moves>(impl.dtype, [&](auto tag) { update(values.data<decltype(tag)>()); });
     detail::write_strided(self, values);
   }
   bump_version(impl);
@@ -141,9 +150,13 @@ Tensor& clamp_in_place(Tensor& self, std::optional<double> min, std::optional<do
 // Overwrites every value: the previous values get no gradient.
 Tensor& fill_in_place(Tensor& self, double value, const char* op) {
   InPlaceRecord record(self, op);
-  update_in_place(self, op, true, [&](auto* p) {
+  update_in_place<true>(self, op, true, [&](auto* p) {
     using T = std::remove_pointer_t<decltype(p)>;
-    const T v = static_cast<T>(value);
+    T v{};
+    if constexpr (std::is_same_v<T, BFloat16>)
+      v = bfloat16_from_float(static_cast<float>(value));
+    else
+      v = static_cast<T>(value);
     for (std::int64_t i = 0, n = self.numel(); i < n; ++i) p[i] = v;
   });
   record.record([](const Tensor&, NeedsGrad) { return Grads{Tensor()}; });
@@ -159,7 +172,7 @@ Tensor& Tensor::copy_(const Tensor& source) {
   check_broadcast(*this, source, "copy_");
   InPlaceRecord record(*this, "copy_", {source});
   const Tensor converted = detail::contiguous_values(source.detach().to(dtype()));
-  update_in_place(*this, "copy_", false, [&](auto* out) {
+  update_in_place<true>(*this, "copy_", false, [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
     detail::broadcast_binary(out, shape(), converted.data<T>(), converted.shape(), out, shape(),
                              [](T, T s) { return s; });

@@ -81,7 +81,7 @@ Tensor index_select(const Tensor& x_in, std::int64_t dim, const Tensor& index_in
   Tensor out = empty(shape, x.dtype());
   const std::int64_t outer = product(shape, 0, ud), inner = product(shape, ud + 1, shape.size());
   const std::int64_t in_rows = x.shape()[ud], out_rows = shape[ud];
-  detail::dispatch_all(x.dtype(), [&](auto tag) {
+  detail::dispatch_moves(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = x.data<T>();
     T* dst = out.data<T>();
@@ -137,7 +137,7 @@ Tensor gather(const Tensor& x_in, std::int64_t dim, const Tensor& index_in) {
   x.check_defined("gather");
   const std::int64_t d = normalize_dim(dim, x.dim(), "gather");
   Tensor out = empty(index.defined() ? index.shape() : Shape{}, x.dtype());
-  detail::dispatch_all(x.dtype(), [&](auto tag) {
+  detail::dispatch_moves(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = x.data<T>();
     T* dst = out.data<T>();

@@ -4,9 +4,11 @@
 #include <cstring>
 
 #include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/checked_arithmetic.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
+#include <tapegrad/framework/kernels/bfloat16_convert.h>
 #include <tapegrad/framework/ops/shape_ops.h>
 #include <tapegrad/framework/ops/split.h>
 #include <tapegrad/framework/tensor.h>
@@ -15,20 +17,43 @@ namespace tapegrad {
 
 // ---- conversions and views (recorded) ----
 
-Tensor Tensor::to(DType target) const {
-  check_defined("to");
-  if (target == dtype()) return *this;
-  Tensor out = empty(shape(), target);
-  const Tensor values = detail::contiguous_values(*this);
-  detail::dispatch_all(dtype(), [&](auto from_tag) {
+namespace {
+// The contiguous `values` in dtype `target` (not recorded). bfloat16 goes through float, as in torch (c10::BFloat16
+// is built from and read as a float): double and int64 round twice on the way in, and int64 truncates on the way
+// out, exactly as PyTorch's `.to(torch.bfloat16)` and back.
+Tensor convert_values(const Tensor& values, DType target) {
+  const DType source = values.dtype();
+  const std::int64_t n = values.numel();
+  if (target == DType::BFloat16) {
+    const Tensor wide = source == DType::Float32 ? values : convert_values(values, DType::Float32);
+    Tensor out = empty(values.shape(), target);
+    kernels::float_to_bfloat16(wide.data<float>(), reinterpret_cast<std::uint16_t*>(out.data<BFloat16>()), n);
+    return out;
+  }
+  if (source == DType::BFloat16) {
+    Tensor wide = empty(values.shape(), DType::Float32);
+    kernels::bfloat16_to_float(reinterpret_cast<const std::uint16_t*>(values.data<BFloat16>()), wide.data<float>(), n);
+    return target == DType::Float32 ? wide : convert_values(wide, target);
+  }
+  Tensor out = empty(values.shape(), target);
+  detail::dispatch_all(source, [&](auto from_tag) {
     using From = decltype(from_tag);
     detail::dispatch_all(target, [&](auto to_tag) {
       using To = decltype(to_tag);
       const From* src = values.data<From>();
       To* dst = out.data<To>();
-      for (std::int64_t i = 0, n = numel(); i < n; ++i) dst[i] = static_cast<To>(src[i]);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<To>(src[i]);
     });
   });
+  return out;
+}
+}  // namespace
+
+Tensor Tensor::to(DType target) const {
+  check_defined("to");
+  if (target == dtype()) return *this;
+  const Tensor values = detail::contiguous_values(*this);
+  Tensor out = convert_values(values, target);
   if (!is_floating(target) || !is_floating(dtype())) {
     if (trace::active()) trace::report("to", {*this}, {out});  // not recorded, but part of the computation
     return out;

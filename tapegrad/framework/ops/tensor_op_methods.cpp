@@ -65,6 +65,8 @@ T Tensor::item() const {
   if (numel() != 1)
     fail("item<{}>: a tensor with {} elements cannot be converted to a scalar (shape {})", type_name<T>(), numel(),
          shape_string(shape()));
+  // Note: a bfloat16 reads as its exact float, then converts as a float32 tensor's element does.
+  if (dtype() == DType::BFloat16) return detach().to(DType::Float32).item<T>();
   const Tensor one = detail::contiguous_values(*this);
   return detail::dispatch_all(dtype(), [&](auto tag) {
     using From = decltype(tag);

@@ -23,7 +23,7 @@ Tensor triangle(const Tensor& x_in, std::int64_t diagonal, Triangle which) {
   const std::int64_t rows = s[s.size() - 2], cols = s.back();
   const std::int64_t matrices = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
   Tensor out = empty(s, x.dtype());
-  detail::dispatch_all(x.dtype(), [&](auto tag) {
+  detail::dispatch_moves(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = x.data<T>();
     T* dst = out.data<T>();
@@ -37,7 +37,7 @@ Tensor triangle(const Tensor& x_in, std::int64_t diagonal, Triangle which) {
         const std::int64_t keep_to = which == Triangle::Upper ? cols : edge;
         std::fill(dst + at, dst + at + keep_from, T(0));
         std::copy(src + at + keep_from, src + at + keep_to, dst + at + keep_from);
-        std::fill(dst + at + keep_to, dst + at + cols, T(0));
+        std::fill(dst + at + keep_to, dst + at + cols, T{});  // +0 in every dtype
       }
   });
   return record_if_needed(op, out, {x}, [&] {
