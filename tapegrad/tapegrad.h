@@ -1,5 +1,6 @@
 #pragma once
 /// Everything a tapegrad user needs, in one include.
+#include <tapegrad/framework/autocast.h>
 #include <tapegrad/framework/autograd/backward_observer.h>
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/autograd/grad_mode.h>

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include <tapegrad/framework/error.h>
+#include <tapegrad/framework/kernels/autocast_path.h>
 #include <tapegrad/framework/kernels/environment_path.h>
 #include <tapegrad/framework/kernels/gemm_f64.h>
 #include <tapegrad/framework/kernels/matmul_onednn.h>
@@ -123,6 +125,43 @@ void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const double* 
             const double* bias, double* y, GemmPath /*path: float64 has one*/) {
   if (rows == 0 || out == 0) return;
   linear_by_gemm(rows, out, in, x, w, bias, y);
+}
+
+namespace {
+
+// The elements a row-major matrix of `rows` x `cols` (stored transposed when `transposed`) spans in memory.
+std::int64_t span(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool transposed) {
+  const std::int64_t stored_rows = transposed ? cols : rows, stored_cols = transposed ? rows : cols;
+  return (stored_rows - 1) * ld + stored_cols;
+}
+
+}  // namespace
+
+void gemm_bf16(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, const float* bias,
+               float* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k > 0 && !autocast::fallback_forced()) {
+    const OneThreadFor serial(small_product(m, n, k));
+    if (onednn::matmul_bf16(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, bias, c, ldc)) return;
+  }
+  // The fallback: the same rounded operands, exactly widened, multiplied and summed in float32.
+  std::vector<float> wide_a(k > 0 ? span(m, k, lda, transpose_a) : 0), wide_b(k > 0 ? span(k, n, ldb, transpose_b) : 0);
+  autocast::widen_bf16(a, wide_a.data(), static_cast<std::int64_t>(wide_a.size()));
+  autocast::widen_bf16(b, wide_b.data(), static_cast<std::int64_t>(wide_b.size()));
+  if (bias)
+    for (std::int64_t r = 0; r < m; ++r) std::copy(bias, bias + n, c + r * ldc);
+  gemm(transpose_a, transpose_b, m, n, k, 1.0f, wide_a.data(), lda, wide_b.data(), ldb, bias ? 1.0f : 0.0f, c, ldc);
+}
+
+bool gemm_bf16_native() {
+  static const bool native = [] {
+    const std::vector<std::uint16_t> a(256, 0x3f80), b(256, 0x3f80);  // bfloat16 ones
+    std::vector<float> c(256);
+    return onednn::matmul_bf16(false, false, 16, 16, 16, a.data(), 16, b.data(), 16, nullptr, c.data(), 16) &&
+           c[0] == 16.0f;
+  }();
+  return native;
 }
 
 std::size_t gemm_cache_size() { return onednn::matmul_cache_size(); }

@@ -30,6 +30,18 @@ void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const float* x
 void linear(std::int64_t rows, std::int64_t out, std::int64_t in, const double* x, const double* w,
             const double* bias, double* y, GemmPath path = GemmPath::automatic);
 
+/// C = op(A) op(B) (+ bias broadcast over the rows, if not null) with bfloat16 A and B (raw bits, already rounded
+/// by the caller), float32 bias and C: autocast's product. On oneDNN's bfloat16 matmul primitive where the CPU has
+/// one (AVX-512 and up), else A and B widened back to float32 and multiplied by the float32 gemm above (see
+/// kernels/autocast_path.h). Overwrites C (alpha 1, beta 0).
+void gemm_bf16(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, const float* bias,
+               float* c, std::int64_t ldc);
+
+/// True when gemm_bf16 runs on oneDNN's bfloat16 matmul on this CPU (AVX-512 and up), false where it falls back
+/// to float32 (probed once with a 16 x 16 x 16 product).
+bool gemm_bf16_native();
+
 /// The matmul-primitive cache: how many primitives it holds now, and the most it ever holds (least recently used
 /// evicted first). Primitives are keyed by transposes, extents, leading dimensions, bias and thread count.
 std::size_t gemm_cache_size();

@@ -25,7 +25,7 @@ namespace {
 using dnnl::memory;
 
 struct Key {
-  bool transpose_a, transpose_b, bias;
+  bool transpose_a, transpose_b, bias, bf16;  // bf16: bfloat16 A and B (f32 bias and C, f32 accumulation)
   std::int64_t m, n, k, lda, ldb, ldc;
   int threads;
   bool operator==(const Key&) const = default;
@@ -33,7 +33,8 @@ struct Key {
 
 struct KeyHash {
   std::size_t operator()(const Key& key) const {
-    std::size_t hash = (key.transpose_a ? 4u : 0u) + (key.transpose_b ? 2u : 0u) + (key.bias ? 1u : 0u);
+    std::size_t hash = (key.bf16 ? 8u : 0u) + (key.transpose_a ? 4u : 0u) + (key.transpose_b ? 2u : 0u) +
+                       (key.bias ? 1u : 0u);
     for (std::int64_t field : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc, std::int64_t{key.threads}})
       hash = hash * 1000003u ^ static_cast<std::size_t>(field);
     return hash;
@@ -48,15 +49,17 @@ struct Entry {
 };
 
 // A row-major rows x cols matrix with leading dimension ld, or its transpose (stored cols x rows) when asked.
-memory::desc matrix(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool transposed) {
-  return memory::desc({rows, cols}, memory::data_type::f32,
+memory::desc matrix(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool transposed,
+                    memory::data_type type = memory::data_type::f32) {
+  return memory::desc({rows, cols}, type,
                       transposed ? memory::dims{1, ld} : memory::dims{ld, 1});
 }
 
 std::shared_ptr<const Entry> build(const Key& key) {
   auto entry = std::make_shared<Entry>();
-  entry->a = matrix(key.m, key.k, key.lda, key.transpose_a);
-  entry->b = matrix(key.k, key.n, key.ldb, key.transpose_b);
+  const memory::data_type operands = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  entry->a = matrix(key.m, key.k, key.lda, key.transpose_a, operands);
+  entry->b = matrix(key.k, key.n, key.ldb, key.transpose_b, operands);
   entry->c = matrix(key.m, key.n, key.ldc, false);
   if (key.bias) entry->bias = memory::desc({1, key.n}, memory::data_type::f32, memory::format_tag::ab);
   try {
@@ -67,6 +70,8 @@ std::shared_ptr<const Entry> build(const Key& key) {
     entry->scratchpad = pd.scratchpad_desc();
   } catch (const dnnl::error&) {
     // Note: an unimplemented layout is remembered as such, so the caller's fallback costs no second attempt.
+    // bfloat16 is unimplemented on a CPU without AVX-512 (oneDNN 2.6 has no AVX2 bfloat16 matmul, not even its
+    // reference one): autocast then takes its float32 fallback (kernels/autocast.cpp).
     entry->primitive.reset();
   }
   return entry;
@@ -81,17 +86,14 @@ Cache& cache() {
   return instance;
 }
 
-}  // namespace
-
-bool matmul(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-            std::int64_t lda, const float* b, std::int64_t ldb, const float* bias, float* c, std::int64_t ldc) {
-  const Key key{transpose_a, transpose_b, bias != nullptr, m, n, k, lda, ldb, ldc, primitive_threads()};
+// One product on the primitive of `key`; a and b point to float32 or bfloat16 elements as the key says.
+bool execute(const Key& key, const void* a, const void* b, const float* bias, float* c) {
   const std::shared_ptr<const Entry> entry = cache().get(key, build);
   if (!entry->primitive) return false;
   const dnnl::engine& engine = cpu_engine();
   std::optional<Storage> scratchpad;
-  std::unordered_map<int, memory> arguments{{DNNL_ARG_SRC, memory(entry->a, engine, const_cast<float*>(a))},
-                                            {DNNL_ARG_WEIGHTS, memory(entry->b, engine, const_cast<float*>(b))},
+  std::unordered_map<int, memory> arguments{{DNNL_ARG_SRC, memory(entry->a, engine, const_cast<void*>(a))},
+                                            {DNNL_ARG_WEIGHTS, memory(entry->b, engine, const_cast<void*>(b))},
                                             {DNNL_ARG_DST, memory(entry->c, engine, c)}};
   if (bias) arguments.emplace(DNNL_ARG_BIAS, memory(entry->bias, engine, const_cast<float*>(bias)));
   if (entry->scratchpad.get_size() > 0) {
@@ -102,6 +104,21 @@ bool matmul(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, 
   entry->primitive->execute(stream, arguments);
   stream.wait();
   return true;
+}
+
+}  // namespace
+
+bool matmul(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
+            std::int64_t lda, const float* b, std::int64_t ldb, const float* bias, float* c, std::int64_t ldc) {
+  return execute({transpose_a, transpose_b, bias != nullptr, false, m, n, k, lda, ldb, ldc, primitive_threads()}, a,
+                 b, bias, c);
+}
+
+bool matmul_bf16(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                 const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb, const float* bias,
+                 float* c, std::int64_t ldc) {
+  return execute({transpose_a, transpose_b, bias != nullptr, true, m, n, k, lda, ldb, ldc, primitive_threads()}, a,
+                 b, bias, c);
 }
 
 std::size_t matmul_cache_size() { return cache().size(); }

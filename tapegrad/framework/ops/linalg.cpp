@@ -10,6 +10,7 @@
 #include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/framework/kernels/column_sums.h>
 #include <tapegrad/framework/kernels/gemm.h>
+#include <tapegrad/framework/ops/detail/autocast.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/ops/reduction.h>
 #include <tapegrad/framework/ops/shape_ops.h>
@@ -144,6 +145,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     if (a.dim() >= 2) out_shape.push_back(as[as.size() - 2]);
     if (b.dim() >= 2) out_shape.push_back(bs.back());
   }
+  if (detail::autocast_applies({a, b})) return detail::autocast_matmul(a, b, a2, b2, out_shape);
   Tensor product = batched_product(raw_view(a, a2), false, raw_view(b, b2), false);
   const Shape product_shape = product.shape();
   Tensor out = product.reshape(out_shape);
@@ -181,6 +183,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   if (bias.defined() && (bias.shape() != Shape{out_features} || bias.dtype() != x.dtype()))
     fail("linear: bias must be a {} tensor of shape [{}], got {} {}", dtype_name(x.dtype()), out_features,
          dtype_name(bias.dtype()), shape_string(bias.shape()));
+  if (detail::autocast_applies({x, weight, bias})) return detail::autocast_linear(x, weight, bias);
   const std::int64_t rows = shape_numel(Shape(x.shape().begin(), x.shape().end() - 1));  // not numel / in: in may be 0
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   out_shape.push_back(out_features);

@@ -1,0 +1,44 @@
+// conv2d under autocast: bfloat16 input and weight, float32 accumulation, bias and output; the backward rounds the
+// output gradient and runs oneDNN's bfloat16 backward-data and backward-weights (ops/detail/autocast.h).
+#include <tapegrad/framework/ops/detail/autocast.h>
+
+#include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/kernels/conv2d_bf16.h>
+
+namespace tapegrad::detail {
+
+Tensor autocast_conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const kernels::ConvGeometry& g) {
+  const Bf16Values vx(input), vw(weight);
+  const Tensor dense_bias = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out = empty({g.n, g.o, g.oh, g.ow}, DType::Float32);
+  kernels::conv2d_bf16_forward(vx.data(), vw.data(), dense_bias.defined() ? dense_bias.data<float>() : nullptr,
+                               out.data<float>(), g);
+  std::vector<Tensor> inputs{input, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return record_if_needed("conv2d", out, inputs, [&] {
+    return [vx, vw, g, has_bias = bias.defined()](const Tensor& grad, NeedsGrad needs) {
+      if (is_grad_enabled())
+        fail("conv2d: backward with create_graph=true through a bfloat16 autocast convolution is not supported; run "
+             "the forward outside AutocastGuard for higher-order gradients");
+      std::vector<Tensor> grads(has_bias ? 3 : 2);
+      const Bf16Values vg(grad);
+      const bool want_bias = has_bias && needs[2];
+      if (needs[0]) grads[0] = empty(vx.shape(), DType::Float32);
+      if (needs[1] || want_bias) grads[1] = empty(vw.shape(), DType::Float32);
+      if (want_bias) grads[2] = empty({g.o}, DType::Float32);
+      float* db = want_bias ? grads[2].data<float>() : nullptr;
+      if (needs[0] && (needs[1] || want_bias))
+        kernels::conv2d_bf16_backward(vx.data(), vg.data(), vw.data(), grads[0].data<float>(),
+                                      grads[1].data<float>(), db, g);
+      else if (needs[0])
+        kernels::conv2d_bf16_input_grad(vg.data(), vw.data(), grads[0].data<float>(), g);
+      else if (needs[1] || want_bias)
+        kernels::conv2d_bf16_weight_grad(vx.data(), vg.data(), grads[1].data<float>(), db, g);
+      // Note: the bias gradient comes with the weight's from one oneDNN pass; a weight that wants none drops it.
+      if (!needs[1]) grads[1] = Tensor();
+      return grads;
+    };
+  });
+}
+
+}  // namespace tapegrad::detail
