@@ -23,6 +23,10 @@
 //                  (d_model 256, 8 heads, feed-forward 1024, ReLU, post-norm, dropout 0.1 everywhere: PyTorch's
 //                  defaults) with the causal additive mask, Linear(256,96) head, cross-entropy over all
 //                  128 x 32 positions, AdamW (lr 1e-3, weight decay 0.01), batch 32 (samples = sequences)
+//   cnn_cl, resnet_cl  cnn and resnet channels-last (model->to(ChannelsLast), batch converted in each step;
+//                  bench/compare_channels_last.h)
+//   matmul_bf16, mlp_bf16, cnn_bf16, resnet_bf16  matmul, mlp, cnn and resnet with the forward and loss under
+//                  AutocastGuard (bfloat16 products; bench/compare_autocast.h)
 //   idle           nothing (its max_rss_mb is the process's baseline: the libraries loaded, no work)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
 //   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
@@ -314,6 +318,9 @@ int usage(const char* program) {
   return 2;
 }
 
+#include "compare_channels_last.h"  // NOLINT: workloads cnn_cl, resnet_cl (inside this namespace)
+#include "compare_autocast.h"  // NOLINT: workloads matmul_bf16, mlp_bf16, cnn_bf16, resnet_bf16 (inside this namespace)
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,6 +349,12 @@ int main(int argc, char** argv) {
       {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
       {"matmul", [&] { run_matmul(settings); }},
       {"resnet", [&] { run_resnet(settings); }},
+      {"cnn_cl", [&] { run_cnn_cl(settings); }},
+      {"resnet_cl", [&] { run_resnet_cl(settings); }},
+      {"matmul_bf16", [&] { run_matmul_bf16(settings); }},
+      {"mlp_bf16", [&] { run_mlp_bf16(settings); }},
+      {"cnn_bf16", [&] { run_cnn_bf16(settings); }},
+      {"resnet_bf16", [&] { run_resnet_bf16(settings); }},
       {"lstm", [&] { run_lstm(settings); }},
       {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
       {"transformer", [&] { run_transformer(settings); }},

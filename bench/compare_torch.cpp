@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 namespace {
@@ -271,6 +272,9 @@ int usage(const char* program) {
   return 2;
 }
 
+#include "compare_channels_last_torch.h"  // NOLINT: workloads cnn_cl, resnet_cl (inside this namespace)
+#include "compare_autocast_torch.h"  // NOLINT: workloads matmul_bf16, mlp_bf16, cnn_bf16, resnet_bf16 (inside this namespace)
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,6 +306,12 @@ int main(int argc, char** argv) {
       {"infer_mlp_b1024", [&] { run_infer_mlp(settings, 1024); }},
       {"matmul", [&] { run_matmul(settings); }},
       {"resnet", [&] { run_resnet(settings); }},
+      {"cnn_cl", [&] { run_cnn_cl(settings); }},
+      {"resnet_cl", [&] { run_resnet_cl(settings); }},
+      {"matmul_bf16", [&] { run_matmul_bf16(settings); }},
+      {"mlp_bf16", [&] { run_mlp_bf16(settings); }},
+      {"cnn_bf16", [&] { run_cnn_bf16(settings); }},
+      {"resnet_bf16", [&] { run_resnet_bf16(settings); }},
       {"lstm", [&] { run_lstm(settings); }},
       {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
       {"transformer", [&] { run_transformer(settings); }},

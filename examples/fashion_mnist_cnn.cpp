@@ -1,6 +1,7 @@
 // Fashion-MNIST CNN: (Conv-BN-ReLU-MaxPool) x 2, then Linear-ReLU-Dropout-Linear, trained with SGD + Nesterov
 // momentum under a one-cycle schedule. Saves a checkpoint; --evaluate CHECKPOINT loads it into a fresh model;
-// --export model.pt (or .safetensors) also writes the weights for PyTorch (docs/interop.md).
+// --export model.pt (or .safetensors) also writes the weights for PyTorch (docs/interop.md); --channels-last runs
+// the model channels-last (model->to(MemoryFormat::ChannelsLast), docs/channels_last.md).
 #include "common/training.h"
 
 using namespace tapegrad;

@@ -37,6 +37,10 @@ void add_options(CLI::App& app, Options& options) {
                  "also write the model for PyTorch: PATH.pt or .pth (torch.save state dict), or PATH.safetensors");
   app.add_option("--max-steps", options.max_steps, "at most this many batches per epoch (smoke runs)");
   app.add_option("--subset", options.subset, "train on the first N training images only (smoke runs)");
+  // Note: the images need no conversion: a 1-channel batch is channels-last already (PyTorch's size-1 rule). So
+  // is the CNN's first weight [32, 1, 3, 3], so, as in PyTorch, its first block runs row-major and the model turns
+  // channels-last at the second convolution.
+  app.add_flag("--channels-last", options.channels_last, "run the model channels-last (model->to(ChannelsLast))");
 }
 
 void apply(Options& options, const std::string& name) {
@@ -198,6 +202,7 @@ int run_example(int argc, char** argv, const ExampleSpec& spec) try {
 
   if (!options.evaluate.empty()) {
     auto model = spec.make_model();  // fresh weights; the checkpoint replaces every parameter and buffer
+    if (options.channels_last) model->to(MemoryFormat::ChannelsLast);
     const Checkpoint saved = load_checkpoint(options.evaluate);
     model->load_state(saved.model_state(), /*strict=*/true, saved.model_versions);
     const Score score = evaluate(*model, test_set);
@@ -225,6 +230,7 @@ int run_example(int argc, char** argv, const ExampleSpec& spec) try {
       options.max_steps > 0 ? std::min(options.max_steps, loader.size()) : loader.size();
 
   auto model = spec.make_model();
+  if (options.channels_last) model->to(MemoryFormat::ChannelsLast);
   Training training = spec.make_training(*model, options, steps_per_epoch * options.epochs);
   fmt::print("{}\n{} training images, {} test images, {} steps per epoch, {} threads\n", model->repr(),
              train_set.size(), test_set.size(), steps_per_epoch, get_num_threads());

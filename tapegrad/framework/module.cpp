@@ -162,6 +162,13 @@ void Module::to(DType dtype) {
     if (is_floating(b.dtype())) b.set_data(b.detach().to(dtype));
 }
 
+void Module::to(MemoryFormat format) {
+  if (format == MemoryFormat::Preserve)
+    fail("{}.to: a module's memory format is Contiguous or ChannelsLast, not Preserve", type_name_);
+  memory_format_ = format;
+  for (auto& [name, child] : children_) child->to(format);
+}
+
 std::shared_ptr<Module> Module::clone() const {
   fail("{}: clone() is not implemented for this module type", type_name_);
 }
@@ -187,7 +194,10 @@ std::shared_ptr<Module> Module::clone_into(std::shared_ptr<Module> fresh) const 
   auto from_modules = const_cast<Module*>(this)->named_modules();
   auto to_modules = fresh->named_modules();
   if (from_modules.size() != to_modules.size()) fail("clone: {} and its fresh copy differ in submodules", type_name_);
-  for (std::size_t i = 0; i < from_modules.size(); ++i) to_modules[i].second->training_ = from_modules[i].second->training_;
+  for (std::size_t i = 0; i < from_modules.size(); ++i) {
+    to_modules[i].second->training_ = from_modules[i].second->training_;
+    to_modules[i].second->memory_format_ = from_modules[i].second->memory_format_;
+  }
   return fresh;
 }
 

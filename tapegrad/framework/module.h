@@ -129,6 +129,16 @@ class Module {
   void zero_grad(bool set_to_none = true);
   /// Converts parameters and floating buffers to `dtype` in place; integer buffers keep their dtype.
   void to(DType dtype);
+  /// PyTorch's `model.to(memory_format=torch.channels_last)`: sets the format this module and its children run
+  /// in. With ChannelsLast a Conv2d hands its weight to the op channels-last, so by PyTorch's rule its output and
+  /// input gradient are channels-last whatever the input's format (and BatchNorm, ReLU, pooling keep that
+  /// format); a weight with one input channel or a 1x1 kernel is both formats at once and changes nothing.
+  /// Note: unlike PyTorch, the parameters stay row-major in storage (the op gets a differentiable channels-last
+  /// copy of the small weight), so optimizers, state() and checkpoints see the same row-major values as before.
+  /// Preserve is refused.
+  void to(MemoryFormat format);
+  /// The format set by to(MemoryFormat); Contiguous unless changed.
+  MemoryFormat memory_format() const { return memory_format_; }
   /// An independent deep copy: parameters, buffers, requires_grad flags, training flag.
   virtual std::shared_ptr<Module> clone() const;
 
@@ -178,6 +188,7 @@ class Module {
   std::string repr_body(int indent) const;
 
   std::string type_name_;
+  MemoryFormat memory_format_ = MemoryFormat::Contiguous;
   NamedTensors parameters_;
   std::vector<BufferEntry> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;

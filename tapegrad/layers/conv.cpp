@@ -50,7 +50,12 @@ Tensor Conv2d::forward(const Tensor& input) {
     fail("Conv2d: input is {} but the layer's parameters are {} (convert one with .to())", dtype_name(input.dtype()),
          dtype_name(weight.dtype()));
   const auto& o = options_;
-  return conv2d(input, weight, bias, o.stride, o.padding, o.dilation, o.groups);
+  // Note: after to(MemoryFormat::ChannelsLast) the op gets a channels-last copy of the weight (differentiable,
+  // small), so the convolution runs and returns channels-last as PyTorch's converted module does, while the
+  // parameter itself stays row-major for the optimizers and checkpoints.
+  const bool channels_last = memory_format() == MemoryFormat::ChannelsLast;
+  const Tensor w = channels_last ? weight.contiguous(MemoryFormat::ChannelsLast) : weight;
+  return conv2d(input, w, bias, o.stride, o.padding, o.dilation, o.groups);
 }
 
 std::string Conv2d::extra_repr() const {

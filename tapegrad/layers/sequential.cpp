@@ -77,6 +77,7 @@ std::shared_ptr<Module> Sequential::clone() const {
   for (const auto& module : modules_) copy->append(module->clone());
   // Note: each child's clone already carries its own training flag; only this module's flag is left to copy.
   copy->training_ = training_;
+  if (memory_format() != MemoryFormat::Contiguous) copy->to(memory_format());  // set by to(MemoryFormat)
   return copy;
 }
 

@@ -159,7 +159,9 @@ Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Ten
         if (want_bias) grads[2] = std::move(raw.bias);
         return grads;
       }
-      if (needs[0]) grads[0] = conv2d_input_grad(grad, w, x.shape(), p.stride, p.padding, p.dilation, p.groups);
+      // Note: .contiguous(format) keeps the forward's format where grad and w are both formats at once (O == 1).
+      if (needs[0])
+        grads[0] = conv2d_input_grad(grad, w, x.shape(), p.stride, p.padding, p.dilation, p.groups).contiguous(format);
       if (needs[1]) grads[1] = conv2d_weight_grad(x, grad, w.shape(), p.stride, p.padding, p.dilation, p.groups);
       if (has_bias && needs[2]) grads[2] = sum(grad, {0, 2, 3});
       return grads;

@@ -71,8 +71,11 @@ Shape check_and_output_shape(const Tensor& input, const Tensor& weight, const Te
   return {in[0], out_channels, oh, ow};
 }
 
-Tensor conv_transpose2d_batched(const Tensor& input, const Tensor& weight, const Tensor& bias,
+// Note: row-major in and out, as PyTorch 1.13's CPU conv_transpose2d (its output and gradients are row-major for
+// channels-last inputs and weights, float32 and float64, checked with torch): channels-last operands are copied.
+Tensor conv_transpose2d_batched(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias,
                                 const TransposeParams& p) {
+  const Tensor input = input_in.contiguous(), weight = weight_in.contiguous();
   const Shape out_shape = check_and_output_shape(input, weight, bias, p);
   Tensor out;
   {
@@ -91,8 +94,9 @@ Tensor conv_transpose2d_batched(const Tensor& input, const Tensor& weight, const
                           {"groups", p.groups}});
   return record_if_needed(kOp, out, inputs, [&] {
     return [sx = SavedTensor(input, kOp), sw = SavedTensor(weight, kOp), has_bias = bias.defined(), p](
-               const Tensor& grad, NeedsGrad needs) {
+               const Tensor& grad_in, NeedsGrad needs) {
       std::vector<Tensor> grads(has_bias ? 3 : 2);
+      const Tensor grad = grad_in.contiguous();  // row-major gradients, as the forward
       const Tensor& x = sx.get();
       const Tensor& w = sw.get();
       // <grad, input_grad(x, w)> = <conv2d(grad, w), x>: the same bilinear form conv2d_input_grad differentiates.
