@@ -197,12 +197,17 @@ class Payload {
         if (sink->checksums()) entry_checksum = entry_crc(entry, sink->end_data());
       } else {
         entry_checksum = entry_crc(entry);  // text saves always work on a snapshot (see write_checkpoint)
-        detail::dispatch_all(t.dtype(), [&](auto tag) {
+        detail::dispatch_moves(t.dtype(), [&](auto tag) {
           using T = decltype(tag);
           const T* p = t.data<T>();
-          // float32 goes through double: every float is exactly a double, and 17 digits round-trip it
-          using Wide = std::conditional_t<std::is_same_v<T, float>, double, T>;
-          for (std::int64_t i = 0; i < t.numel(); ++i) ar << static_cast<Wide>(p[i]);
+          // float32 goes through double: every float is exactly a double, and 17 digits round-trip it; a bfloat16
+          // is written as its 16 bits, so NaN payloads and -0 survive too
+          if constexpr (std::is_same_v<T, BFloat16>) {
+            for (std::int64_t i = 0; i < t.numel(); ++i) ar << p[i].bits;
+          } else {
+            using Wide = std::conditional_t<std::is_same_v<T, float>, double, T>;
+            for (std::int64_t i = 0; i < t.numel(); ++i) ar << static_cast<Wide>(p[i]);
+          }
         });
       }
       save_u64(ar, entry_checksum);
@@ -218,7 +223,7 @@ class Payload {
       current = entry.name;
       const std::uint64_t kind = load_u64(ar), dtype = load_u64(ar), ndim = load_u64(ar);
       if (kind > static_cast<std::uint64_t>(EntryKind::Other)) fail("corrupt entry kind {}", kind);
-      if (dtype > static_cast<std::uint64_t>(DType::Int64)) fail("corrupt dtype code {}", dtype);
+      if (dtype > static_cast<std::uint64_t>(DType::BFloat16)) fail("corrupt dtype code {}", dtype);
       if (ndim > kMaxDims) fail("corrupt number of dims {}", ndim);
       entry.kind = static_cast<EntryKind>(kind);
       const auto type = static_cast<DType>(dtype);
@@ -238,14 +243,18 @@ class Payload {
       if constexpr (is_binary<Archive>) {
         if (bytes > 0) ar >> boost::serialization::make_binary_object(entry.value.raw_data(), bytes);
       } else {
-        detail::dispatch_all(type, [&](auto tag) {
+        detail::dispatch_moves(type, [&](auto tag) {
           using T = decltype(tag);
-          using Wide = std::conditional_t<std::is_same_v<T, float>, double, T>;
           T* p = entry.value.data<T>();
           for (std::uint64_t k = 0; k < elements; ++k) {
-            Wide v{};
-            ar >> v;
-            p[k] = static_cast<T>(v);
+            if constexpr (std::is_same_v<T, BFloat16>) {
+              ar >> p[k].bits;
+            } else {
+              using Wide = std::conditional_t<std::is_same_v<T, float>, double, T>;
+              Wide v{};
+              ar >> v;
+              p[k] = static_cast<T>(v);
+            }
           }
         });
       }

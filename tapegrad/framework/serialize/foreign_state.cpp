@@ -54,8 +54,8 @@ const char* element_name(Element element) {
 
 DType widened_dtype(Element element) {
   switch (element) {
+    case Element::BFloat16: return DType::BFloat16;  // kept bit for bit
     case Element::Float16:
-    case Element::BFloat16:
     case Element::Float32: return DType::Float32;
     case Element::Float64: return DType::Float64;
     default: return DType::Int64;

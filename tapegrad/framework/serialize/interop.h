@@ -19,7 +19,8 @@ namespace tapegrad {
 // A failed load leaves the module unchanged (Module::load_state checks everything before copying).
 
 /// One tensor as a foreign file holds it: its name, its element type there ("float16", "int64", ...) and its
-/// values, widened to float32 (16- and 32-bit floats), float64 or int64 (integers and bool).
+/// values, widened to float32 (float16 and float32), float64 or int64 (integers and bool); bfloat16 stays bfloat16,
+/// bit for bit.
 struct ForeignTensor {
   std::string name;
   std::string stored_dtype;

@@ -74,7 +74,11 @@ void pread_exact(int fd, void* out, std::size_t bytes, std::uint64_t offset, con
 // whole numbers from floating data, as load_foreign_state requires.
 template <class To, class From>
 void store(To* out, const From* in, std::int64_t n, const std::string& path, const Entry& entry) {
-  if constexpr (std::is_same_v<To, std::int64_t> && std::is_floating_point_v<From>) {
+  if constexpr (std::is_same_v<From, BFloat16> && !std::is_same_v<To, BFloat16>) {
+    std::vector<float> wide(static_cast<std::size_t>(n));  // a chunk: exact, then as a float32 file's values
+    for (std::int64_t i = 0; i < n; ++i) wide[static_cast<std::size_t>(i)] = bfloat16_to_float(in[i]);
+    store(out, wide.data(), n, path, entry);
+  } else if constexpr (std::is_same_v<To, std::int64_t> && std::is_floating_point_v<From>) {
     for (std::int64_t i = 0; i < n; ++i) {
       const double v = in[i];
       if (!(v >= -9.2e18 && v <= 9.2e18) || v != static_cast<double>(static_cast<std::int64_t>(v)))
@@ -124,7 +128,7 @@ void read_tensor(int fd, const Entry& entry, std::uint64_t data_start, Tensor& t
       case DType::Float32: store_into<float>(target, at, wide, path, entry); break;
       case DType::Float64: store_into<double>(target, at, wide, path, entry); break;
       case DType::Int64: store_into<std::int64_t>(target, at, wide, path, entry); break;
-      case DType::BFloat16: break;  // Note: foreign::widened_dtype never gives bfloat16.
+      case DType::BFloat16: store_into<BFloat16>(target, at, wide, path, entry); break;
     }
   }
 }
