@@ -79,6 +79,11 @@ void checkpoint_seeds(const fs::path& dir) {
     std::ostringstream full;
     save_checkpoint(run, full, kind);
     write(dir / fmt::format("run-{}.tg", n++), full.str());
+    nn::Linear low(2, 1);  // bfloat16 entries: dtype code 3, 2-byte elements
+    low.to(DType::BFloat16);
+    std::ostringstream low_bytes;
+    save(low, low_bytes, kind);
+    write(dir / fmt::format("bfloat16-{}.tg", n++), low_bytes.str());
   }
 }
 
@@ -98,6 +103,11 @@ void foreign_seeds(const fs::path& pytorch_dir, const fs::path& safetensors_dir)
   save_pytorch(nn::Linear(2, 1), (pytorch_dir / "linear.pt").string());
   save_safetensors(*model, (safetensors_dir / "model.safetensors").string());
   save_safetensors(nn::Linear(2, 1), (safetensors_dir / "linear.safetensors").string());
+  // bfloat16 entries (BFloat16Storage, BF16): the readers' 2-byte element paths.
+  nn::Linear low(2, 1);
+  low.to(DType::BFloat16);
+  save_pytorch(low, (pytorch_dir / "linear-bfloat16.pt").string());
+  save_safetensors(low, (safetensors_dir / "linear-bfloat16.safetensors").string());
 }
 
 // The bytes a seed may have: scripts/fuzz.sh runs every target with -max_len=65536, and libFuzzer cuts longer inputs.
