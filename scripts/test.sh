@@ -14,7 +14,15 @@ case "$preset" in
 esac
 
 bash scripts/setup.sh
-bash scripts/setup_onnxruntime.sh  # ONNX Runtime (npm onnxruntime-node) for the ONNX export tests
+# ONNX Runtime (npm onnxruntime-node) for the ONNX export tests. Note: installed while the build compiles (on a
+# fresh machine it is Debian's nodejs and npm, then npm's download: network and dpkg, little CPU); ctest waits for
+# it, and a failed install still fails this script, after the build. setup_onnxruntime.sh holds a lock, so a
+# second caller waits, and an installed copy returns at once.
+onnxruntime_log=$(mktemp)
+log=$(mktemp)
+trap 'rm -f "$log" "$onnxruntime_log"' EXIT
+bash scripts/setup_onnxruntime.sh > "$onnxruntime_log" 2>&1 &
+onnxruntime_pid=$!
 jobs=$(nproc)
 # Note: ctest runs nproc tests at once and each starts an OpenMP team of nproc threads, so the cores are
 # oversubscribed; libgomp's idle threads then spin away the time slices the working threads need
@@ -37,9 +45,14 @@ echo "== test.sh: configure preset '$preset' =="
 cmake --preset "$preset" >/dev/null
 echo "== test.sh: build preset '$preset' (-j$jobs) =="
 cmake --build --preset "$preset" -j"$jobs"
+onnxruntime_status=0
+wait "$onnxruntime_pid" || onnxruntime_status=$?
+cat "$onnxruntime_log"
+if [[ $onnxruntime_status -ne 0 ]]; then
+  echo "test.sh: scripts/setup_onnxruntime.sh failed (status $onnxruntime_status)" >&2
+  exit "$onnxruntime_status"
+fi
 echo "== test.sh: ctest preset '$preset' =="
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 status=0
 ctest --preset "$preset" -j"$jobs" "$@" 2>&1 | tee "$log" || status=$?
 echo "== test.sh [$preset]: $(grep -E 'tests passed|tests failed' "$log" | tail -n 1 || echo 'no ctest summary') =="
