@@ -32,7 +32,7 @@ emulate() {
 for cpu in Haswell Nehalem; do
   echo "== $cpu =="
   for test in test_kernels_gemm test_kernels_column_sums test_kernels_vector_math test_batch_norm_paths \
-              test_batch_norm_relu test_conv test_pool test_loss_numerics; do
+              test_batch_norm_relu test_conv test_pool test_loss_numerics test_bfloat16_dtype; do
     # Note: grep reads all of the output (no early close, so no SIGPIPE), and fails when no summary is there.
     RC_PARAMS=max_success=10 emulate "$cpu" "$build/tests/$test" | grep -E "^(All tests passed|test cases:)" |
       sed "s/^/$test: /"

@@ -5,6 +5,7 @@
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/autograd/tape.h>
+#include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/data/augment.h>
 #include <tapegrad/framework/data/data_loader.h>
 #include <tapegrad/framework/data/dataset.h>
