@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Proves that the default build runs on CPUs without AVX-512 (and without AVX at all): runs its kernel tests
+# (test_autocast among them: there oneDNN has no bfloat16, so autocast must take and pass its float32 fallback)
 # and a training step of the CNN and the MLP under qemu-user emulating a Haswell (AVX2, no AVX-512) and a
 # Nehalem (SSE4.2, no AVX). qemu traps every instruction the emulated CPU lacks with SIGILL, and oneDNN and
 # tapegrad's dispatched kernels read the emulated CPUID, so they must pick their AVX2 and SSE4.1 code there.
@@ -32,7 +33,7 @@ emulate() {
 for cpu in Haswell Nehalem; do
   echo "== $cpu =="
   for test in test_kernels_gemm test_kernels_column_sums test_kernels_vector_math test_batch_norm_paths \
-              test_batch_norm_relu test_conv test_pool test_loss_numerics test_bfloat16_dtype; do
+              test_batch_norm_relu test_conv test_pool test_loss_numerics test_autocast test_bfloat16_dtype; do
     # Note: grep reads all of the output (no early close, so no SIGPIPE), and fails when no summary is there.
     RC_PARAMS=max_success=10 emulate "$cpu" "$build/tests/$test" | grep -E "^(All tests passed|test cases:)" |
       sed "s/^/$test: /"
