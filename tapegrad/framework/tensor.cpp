@@ -33,6 +33,9 @@ void check_not_inference(const Tensor& t, const char* op, const char* use) {
 
 bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
   if (strides.size() != shape.size()) return true;
+  // As PyTorch: a tensor with no elements is contiguous whatever its strides (an empty channels-last one too).
+  for (std::int64_t extent : shape)
+    if (extent == 0) return true;
   std::int64_t expected = 1;
   for (std::size_t d = shape.size(); d-- > 0;) {
     if (shape[d] == 0) return true;

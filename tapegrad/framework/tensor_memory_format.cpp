@@ -59,6 +59,81 @@ bool is_strictly_channels_last(const Tensor& t) {
   return t.defined() && !t.impl()->contiguous && is_channels_last_layout(t.impl()->shape, t.impl()->strides);
 }
 
+MemoryFormat elementwise_output_format(std::initializer_list<const Tensor*> operands, const Shape& out_shape) {
+  if (out_shape.size() != 4) return MemoryFormat::Contiguous;
+  // TensorIterator's fast set-up: operands all of the output's shape, all row-major (even if also channels-last)
+  // give row-major; all channels-last give channels-last.
+  bool same_shape = true, all_contiguous = true, all_channels_last = true;
+  for (const Tensor* t : operands) {
+    same_shape = same_shape && t->shape() == out_shape;
+    all_contiguous = all_contiguous && t->is_contiguous();
+    all_channels_last = all_channels_last && t->is_contiguous(MemoryFormat::ChannelsLast);
+  }
+  if (same_shape && all_contiguous) return MemoryFormat::Contiguous;
+  if (same_shape && all_channels_last) return MemoryFormat::ChannelsLast;
+  // Otherwise TensorIterator's reorder_dimensions: an insertion sort of the dims, fastest first, where the first
+  // operand whose strides along the two dims are both non-zero (not broadcast) and differ decides; equal strides
+  // put the smaller extent first.
+  std::vector<Shape> strides;
+  for (const Tensor* t : operands) {
+    const Shape own = t->strides();
+    Shape s(4, 0);
+    const std::size_t lead = 4 - own.size();
+    for (std::size_t d = 0; d < own.size(); ++d)
+      s[lead + d] = (t->shape()[d] == 1 && out_shape[lead + d] != 1) ? 0 : own[d];
+    strides.push_back(std::move(s));
+  }
+  auto should_swap = [&](std::size_t dim0, std::size_t dim1) {
+    for (const Shape& s : strides) {
+      if (s[dim0] == 0 || s[dim1] == 0) continue;
+      if (s[dim0] < s[dim1]) return -1;
+      if (s[dim0] > s[dim1]) return 1;
+      if (out_shape[dim0] > out_shape[dim1]) return 1;
+    }
+    return 0;
+  };
+  std::size_t perm[4] = {3, 2, 1, 0};
+  for (std::size_t i = 1; i < 4; ++i) {
+    std::size_t dim1 = i;
+    for (std::size_t dim0 = i; dim0-- > 0;) {
+      const int comparison = should_swap(perm[dim0], perm[dim1]);
+      if (comparison > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (comparison < 0) {
+        break;
+      }
+    }
+  }
+  // The output is dense in that order; it counts as channels-last when those strides are channels-last and not
+  // also row-major.
+  Shape out_strides(4, 0);
+  std::int64_t step = 1;
+  for (std::size_t d : perm) {
+    out_strides[d] = step;
+    step *= out_shape[d];
+  }
+  return is_channels_last_layout(out_shape, out_strides) && !is_contiguous_layout(out_shape, out_strides)
+             ? MemoryFormat::ChannelsLast
+             : MemoryFormat::Contiguous;
+}
+
+Shape nhwc_shape(const Shape& shape) {
+  if (shape.size() > 4) fail("channels_last: expected at most 4 dims, got shape {}", shape_string(shape));
+  Shape padded(4 - shape.size(), 1);
+  padded.insert(padded.end(), shape.begin(), shape.end());
+  return {padded[0], padded[2], padded[3], padded[1]};
+}
+
+Tensor nhwc_operand(const Tensor& t) {
+  if (t.dim() == 4) return channels_last_values(t);
+  const Shape own = t.strides();
+  Shape shape(4 - own.size(), 1), strides(4 - own.size(), 1);
+  shape.insert(shape.end(), t.shape().begin(), t.shape().end());
+  strides.insert(strides.end(), own.begin(), own.end());
+  return channels_last_values(make_view(t, shape, strides, t.storage_offset()));
+}
+
 Tensor empty_in_format(const Shape& shape, DType dtype, MemoryFormat format) {
   if (format == MemoryFormat::Contiguous) return empty(shape, dtype);
   if (format != MemoryFormat::ChannelsLast)

@@ -12,8 +12,8 @@
 
 #include <tapegrad/framework/autograd/detail/observed_pass.h>
 #include <tapegrad/framework/autograd/function.h>
-#include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 
 namespace tapegrad {
@@ -75,11 +75,18 @@ Tensor add_gradients(const Tensor& existing, const Tensor& incoming) {
          "function must return each input's gradient in that input's shape and dtype",
          shape_string(incoming.shape()), dtype_name(incoming.dtype()), shape_string(existing.shape()),
          dtype_name(existing.dtype()));
-  Tensor sum = empty(existing.shape(), existing.dtype());
+  // Note: the sum takes the format of the gradient so far (a leaf's: its own, see deposit); an incoming one in
+  // the other format (a row-major op's gradient reaching a channels-last tensor) is converted first.
+  const MemoryFormat format = detail::dense_format(existing);
+  const Tensor so_far = detail::values_in_format(existing, format);
+  const Tensor in_format = detail::values_in_format(incoming, format);
+  Tensor sum = empty(existing.shape(), existing.dtype(), format);
   detail::dispatch_floating(existing.dtype(), "add", [&](auto tag) {
     using T = decltype(tag);
-    detail::broadcast_binary(existing.data<T>(), existing.shape(), incoming.data<T>(), incoming.shape(),
-                             sum.data<T>(), sum.shape(), [](T x, T y) { return x + y; });
+    const T* a = so_far.data<T>(format);
+    const T* b = in_format.data<T>(format);
+    T* out = sum.data<T>(format);
+    for (std::int64_t i = 0, n = sum.numel(); i < n; ++i) out[i] = a[i] + b[i];
   });
   return record_if_needed("add", sum, {existing, incoming}, [] {
     return [](const Tensor& g, NeedsGrad needs) {
@@ -97,9 +104,17 @@ enum class Mode { AccumulateIntoLeaves, CaptureOnly };
 
 // Gives `meta` one more gradient contribution. Gradients add up, so a tensor used twice gets both.
 void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) {
-  // A backward function may return a view (the gradient of permute is a permuted g); gradients are kept
-  // contiguous, so .grad and the sums below can be read as flat arrays. Free when already contiguous.
-  if (!gradient.is_contiguous()) gradient = gradient.contiguous();
+  // A backward function may return a view (the gradient of permute is a permuted g); gradients are kept dense,
+  // so .grad and the sums below can be read as flat arrays. Free when already dense. Note: dense means row-major
+  // or channels-last: a leaf's .grad takes the leaf's format (PyTorch's layout contract: a channels-last
+  // parameter gets a channels-last .grad), a non-leaf's gradient keeps the channels-last format it arrives in.
+  const bool channels_last = (meta.is_leaf && mode == Mode::AccumulateIntoLeaves)
+                                 ? meta.channels_last
+                                 : detail::is_strictly_channels_last(gradient);
+  if (channels_last && gradient.dim() == 4)
+    gradient = gradient.contiguous(MemoryFormat::ChannelsLast);
+  else if (!gradient.is_contiguous())
+    gradient = gradient.contiguous();
   if (meta.capture) meta.captured_grad = accumulate(meta.captured_grad, gradient);
   if (meta.is_leaf) {
     if (mode == Mode::CaptureOnly) return;
@@ -273,8 +288,10 @@ void append_record(const char* op, TensorImpl& impl, const std::vector<Tensor>& 
   meta->tape_id = t.id;
   for (const Tensor& input : inputs)
     if (input.defined() && input.requires_grad()) {
-      const AutogradMeta& from = *input.impl()->autograd;
+      AutogradMeta& from = *input.impl()->autograd;
       if (!from.is_leaf && (from.tape_id != t.id || from.crosses_tapes)) meta->crosses_tapes = true;
+      // A leaf's layout is known here, where it is used; its .grad will take it (see deposit).
+      if (from.is_leaf) from.channels_last = detail::is_strictly_channels_last(input);
     }
   impl.autograd = meta;
 

@@ -24,6 +24,10 @@ struct AutogradMeta {
   // reaches a non-leaf of another tape, so a backward that cannot walk the whole graph is refused up front.
   std::uint64_t tape_id = 0;
   bool crosses_tapes = false;
+  // Note: a leaf's .grad takes the leaf's memory format (PyTorch's AccumulateGrad layout contract), but the tape
+  // sees metas, not tensors; so a leaf's meta remembers whether the leaf was channels-last when an op last
+  // recorded it as an input (autograd/tape.cpp).
+  bool channels_last = false;
 };
 
 /// Note: element (i0, i1, ...) lives at storage element `offset + i0*strides[0] + i1*strides[1] + ...`.

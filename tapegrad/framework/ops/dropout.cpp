@@ -11,6 +11,7 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/kernels/dropout_mask.h>
 #include <tapegrad/framework/ops/compare.h>
 #include <tapegrad/framework/ops/elementwise.h>
@@ -31,13 +32,15 @@ std::shared_ptr<Storage> draw_keep(Generator& generator, double p, std::int64_t 
   return keep;
 }
 
-// The scaled mask as a tensor of `like`'s shape and dtype (kept or 0), for the create_graph backward.
-Tensor scaled_mask(const Storage& bytes, const Tensor& like, double p) {
-  Tensor mask = empty(like.shape(), like.dtype());
+// The scaled mask as a tensor of `like`'s shape and dtype (kept or 0), for the create_graph backward; the keep
+// bytes are in the memory order of `format`, the forward input's.
+Tensor scaled_mask(const Storage& bytes, const Tensor& like, double p,
+                   MemoryFormat format = MemoryFormat::Contiguous) {
+  Tensor mask = empty(like.shape(), like.dtype(), format);
   detail::dispatch_floating(like.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
     const auto* keep = static_cast<const unsigned char*>(bytes.data());
-    T* m = mask.data<T>();
+    T* m = mask.data<T>(format);
     const T kept = static_cast<T>(kept_scale(p));
     for (std::int64_t i = 0; i < mask.numel(); ++i) m[i] = keep[i] ? kept : T(0);
   });
@@ -51,28 +54,31 @@ void check_probability(const char* op, double p) {
 }  // namespace
 
 Tensor dropout(const Tensor& x_in, double p, bool training, Generator& generator) {
-  const Tensor x = x_in.contiguous();
-  x.check_defined("dropout");
+  x_in.check_defined("dropout");
+  // Note: a channels-last input keeps its format: the mask is drawn over its dense NHWC buffer (so element
+  // (n, c, h, w) draws another number than for a row-major input; both are Bernoulli(1 - p) per element).
+  const MemoryFormat format = detail::dense_format(x_in);
+  const Tensor x = x_in.contiguous(format);
   check_probability("dropout", p);
   if (!training || p == 0.0) return x;
-  Tensor out = empty(x.shape(), x.dtype());
+  Tensor out = empty(x.shape(), x.dtype(), format);
   // Note: each 64-bit draw decides two elements: an element is dropped when its 32-bit half is below p * 2^32
   // (p resolved to 2^-32), the stream every version of this op has drawn.
   const std::shared_ptr<Storage> keep = draw_keep(generator, p, x.numel());
   detail::dispatch_floating(x.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
-    kernels::apply_keep(x.numel(), x.data<T>(), static_cast<const unsigned char*>(keep->data()),
-                        static_cast<T>(kept_scale(p)), out.data<T>());
+    kernels::apply_keep(x.numel(), x.data<T>(format), static_cast<const unsigned char*>(keep->data()),
+                        static_cast<T>(kept_scale(p)), out.data<T>(format));
   });
   return record_if_needed("dropout", out, {x}, [&] {
-    return [keep, p](const Tensor& g, NeedsGrad) {
-      if (is_grad_enabled()) return std::vector<Tensor>{mul(g, scaled_mask(*keep, g, p))};
-      const Tensor gc = g.contiguous();
-      Tensor dx = empty(gc.shape(), gc.dtype());
+    return [keep, p, format](const Tensor& g, NeedsGrad) {
+      if (is_grad_enabled()) return std::vector<Tensor>{mul(g, scaled_mask(*keep, g, p, format))};
+      const Tensor gc = detail::values_in_format(g, format);
+      Tensor dx = empty(gc.shape(), gc.dtype(), format);
       detail::dispatch_floating(gc.dtype(), "dropout", [&](auto tag) {
         using T = decltype(tag);
-        kernels::apply_keep(gc.numel(), gc.data<T>(), static_cast<const unsigned char*>(keep->data()),
-                            static_cast<T>(kept_scale(p)), dx.data<T>());
+        kernels::apply_keep(gc.numel(), gc.data<T>(format), static_cast<const unsigned char*>(keep->data()),
+                            static_cast<T>(kept_scale(p)), dx.data<T>(format));
       });
       return std::vector<Tensor>{dx};
     };

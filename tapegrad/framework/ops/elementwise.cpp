@@ -6,6 +6,7 @@
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/broadcast.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/unary.h>
 #include <tapegrad/framework/ops/detail/derivative.h>
 #include <tapegrad/framework/ops/reduction.h>
@@ -23,6 +24,20 @@ Tensor binary_kernel(const Tensor& a, const Tensor& b, const char* op, F f) {
     fail("{}: dtype mismatch between {} {} and {} {}", op, shape_string(a.shape()), dtype_name(a.dtype()),
          shape_string(b.shape()), dtype_name(b.dtype()));
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), op);
+  if (detail::elementwise_output_format({&a, &b}, out_shape) == MemoryFormat::ChannelsLast) {
+    // Note: PyTorch's rule (TensorIterator) made the result channels-last. The loop runs over NHWC-ordered
+    // operands, so channels-last inputs are read where they lie and a broadcast bias [1, C, 1, 1] is the
+    // innermost, contiguous operand.
+    Tensor out = empty(out_shape, a.dtype(), MemoryFormat::ChannelsLast);
+    const Tensor an = detail::nhwc_operand(a), bn = detail::nhwc_operand(b);
+    detail::dispatch_floating(a.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      detail::broadcast_binary(an.data<T>(MemoryFormat::ChannelsLast), detail::nhwc_shape(a.shape()),
+                               bn.data<T>(MemoryFormat::ChannelsLast), detail::nhwc_shape(b.shape()),
+                               out.data<T>(MemoryFormat::ChannelsLast), detail::nhwc_shape(out_shape), f);
+    });
+    return out;
+  }
   Tensor out = empty(out_shape, a.dtype());
   detail::dispatch_floating(a.dtype(), op, [&](auto tag) {
     using T = decltype(tag);

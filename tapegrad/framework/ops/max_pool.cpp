@@ -11,8 +11,10 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/kernels/max_pool_2x2.h>
+#include <tapegrad/framework/ops/detail/max_pool_nhwc.h>
 #include <tapegrad/framework/ops/detail/pool_shape.h>
 #include <tapegrad/framework/ops/pool.h>
 #include <tapegrad/framework/storage.h>
@@ -25,22 +27,8 @@ namespace {
 // windows (its narrowest chunk).
 bool vector_pool_fits(std::int64_t out_width) { return out_width >= 4; }
 
-// The kernel taps [first, last) of each output position along one dim that land inside the input.
-struct TapRange {
-  std::vector<std::int64_t> first, last;
-};
-TapRange valid_taps(std::int64_t size, std::int64_t out, std::int64_t kernel, std::int64_t stride,
-                    std::int64_t padding, std::int64_t dilation) {
-  TapRange r;
-  for (std::int64_t i = 0; i < out; ++i) {
-    std::int64_t first = 0, last = kernel;
-    while (first < kernel && i * stride - padding + first * dilation < 0) ++first;
-    while (last > first && i * stride - padding + (last - 1) * dilation >= size) --last;
-    r.first.push_back(first);
-    r.last.push_back(last);
-  }
-  return r;
-}
+using detail::TapRange;
+using detail::valid_taps;
 
 // The argmax of a disjoint 2x2 window is saved as its tap: 0 top-left, 1 top-right, 2 bottom-left, 3
 // bottom-right. Note: one byte per output instead of an int64 index: the index was 3.2 MB of the forward's
@@ -285,8 +273,11 @@ Tensor gather_planes(const Tensor& x_in, const Argmax& argmax) {
 }
 
 // The pooled values, and their int64 indices when `want_indices` (else an undefined tensor).
+// Note: a channels-last input takes the NHWC kernels (ops/max_pool_nhwc.cpp) and gives a channels-last output.
 std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kernel, IntPair stride, IntPair padding,
                                            IntPair dilation, bool ceil_mode, bool want_indices) {
+  if (detail::is_strictly_channels_last(input_in))
+    return detail::max_pool_nhwc(input_in, kernel, stride, padding, dilation, ceil_mode, want_indices);
   const Tensor input = input_in.contiguous();
   const detail::PoolGeometry g = detail::check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
   const Shape out_shape{input.size(0), input.size(1), g.oh, g.ow};

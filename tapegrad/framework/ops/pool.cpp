@@ -10,7 +10,9 @@
 
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/parallel_loop.h>
+#include <tapegrad/framework/kernels/pool_nhwc.h>
 #include <tapegrad/framework/ops/detail/pool_shape.h>
 
 namespace tapegrad {
@@ -50,48 +52,79 @@ void for_each_window(const WindowPlan& plan, const Planes& in, F fn) {
   });
 }
 
-Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op);
+Tensor window_average_backward(const Tensor& grad, const PlanPtr& plan, const Shape& input_shape, const char* op,
+                                MemoryFormat format);
 
+// The NHWC kernels' view of a plan and of an [N, C, H, W] input pooled by it.
+kernels::NhwcAxisWindows nhwc_windows(const AxisWindows& a) { return {a.start.data(), a.end.data(), a.divisor.data()}; }
+kernels::NhwcPlanes nhwc_planes(const Shape& input_shape, const WindowPlan& plan) {
+  return {input_shape[0], input_shape[2], input_shape[3], input_shape[1],
+          static_cast<std::int64_t>(plan.rows.start.size()), static_cast<std::int64_t>(plan.cols.start.size())};
+}
+
+// Note: a channels-last input is pooled by the NHWC kernels and gives a channels-last output, whose gradient is
+// channels-last too (as PyTorch); any other layout is pooled as row-major planes.
 Tensor window_average(const Tensor& x_in, const PlanPtr& plan, const char* op) {
-  const Tensor x = x_in.contiguous();
+  const MemoryFormat format = detail::dense_format(x_in);
+  const Tensor x = x_in.contiguous(format);
   const Shape out_shape{x.size(0), x.size(1), static_cast<std::int64_t>(plan->rows.start.size()),
                         static_cast<std::int64_t>(plan->cols.start.size())};
-  Tensor out = empty(out_shape, x.dtype());
-  detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* src = x.data<T>();
-    T* dst = out.data<T>();
-    const Planes in = planes_of(x.shape());
-    for_each_window<T>(*plan, in, [&](auto base, auto o, auto rs, auto re, auto cs, auto ce, auto divisor) {
-      T total = 0;
-      for (std::int64_t h = rs; h < re; ++h)
-        for (std::int64_t w = cs; w < ce; ++w) total += src[base + h * in.w + w];
-      dst[o] = (rs < re && cs < ce) ? total / static_cast<T>(divisor) : T(0);
+  Tensor out = empty(out_shape, x.dtype(), format);
+  if (format == MemoryFormat::ChannelsLast) {
+    detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::avg_pool_nhwc(x.data<T>(format), nhwc_planes(x.shape(), *plan), nhwc_windows(plan->rows),
+                             nhwc_windows(plan->cols), out.data<T>(format));
     });
-  });
+  } else {
+    detail::dispatch_floating(x.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      const T* src = x.data<T>();
+      T* dst = out.data<T>();
+      const Planes in = planes_of(x.shape());
+      for_each_window<T>(*plan, in, [&](auto base, auto o, auto rs, auto re, auto cs, auto ce, auto divisor) {
+        T total = 0;
+        for (std::int64_t h = rs; h < re; ++h)
+          for (std::int64_t w = cs; w < ce; ++w) total += src[base + h * in.w + w];
+        dst[o] = (rs < re && cs < ce) ? total / static_cast<T>(divisor) : T(0);
+      });
+    });
+  }
   return record_if_needed(op, out, {x}, [&] {
-    return [plan, shape = x.shape(), op](const Tensor& g, NeedsGrad) {
-      return std::vector<Tensor>{window_average_backward(g, plan, shape, op)};
+    return [plan, shape = x.shape(), op, format](const Tensor& g, NeedsGrad) {
+      return std::vector<Tensor>{window_average_backward(g, plan, shape, op, format)};
     };
   });
 }
 
-Tensor window_average_backward(const Tensor& grad_in, const PlanPtr& plan, const Shape& input_shape, const char* op) {
-  const Tensor grad = grad_in.contiguous();
-  Tensor dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
-  detail::dispatch_floating(grad.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = grad.data<T>();
-    T* d = dx.data<T>();
-    const Planes in = planes_of(input_shape);
-    // Note: each plane is written by one thread only, so overlapping windows do not race.
-    for_each_window<T>(*plan, in, [&](auto base, auto o, auto rs, auto re, auto cs, auto ce, auto divisor) {
-      if (rs >= re || cs >= ce) return;
-      const T share = g[o] / static_cast<T>(divisor);
-      for (std::int64_t h = rs; h < re; ++h)
-        for (std::int64_t w = cs; w < ce; ++w) d[base + h * in.w + w] += share;
+// `format` is the forward input's: its gradient takes it.
+Tensor window_average_backward(const Tensor& grad_in, const PlanPtr& plan, const Shape& input_shape, const char* op,
+                               MemoryFormat format) {
+  const Tensor grad = grad_in.contiguous(format);
+  Tensor dx;
+  if (format == MemoryFormat::ChannelsLast) {
+    dx = empty(input_shape, grad.dtype(), format);
+    detail::dispatch_floating(grad.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::avg_pool_nhwc_backward(grad.data<T>(format), nhwc_planes(input_shape, *plan), nhwc_windows(plan->rows),
+                                      nhwc_windows(plan->cols), dx.data<T>(format));
     });
-  });
+  } else {
+    dx = zeros(input_shape, TensorOptions{}.with_dtype(grad.dtype()));
+    detail::dispatch_floating(grad.dtype(), op, [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = grad.data<T>();
+      T* d = dx.data<T>();
+      const Planes in = planes_of(input_shape);
+      // Note: each plane is written by one thread only, so overlapping windows do not race.
+      for_each_window<T>(*plan, in, [&](auto base, auto o, auto rs, auto re, auto cs, auto ce, auto divisor) {
+        if (rs >= re || cs >= ce) return;
+        const T share = g[o] / static_cast<T>(divisor);
+        for (std::int64_t h = rs; h < re; ++h)
+          for (std::int64_t w = cs; w < ce; ++w) d[base + h * in.w + w] += share;
+      });
+    });
+  }
   const char* name = std::string_view(op) == "avg_pool2d" ? "avg_pool2d_backward" : "adaptive_avg_pool2d_backward";
   return record_if_needed(name, dx, {grad}, [&] {
     return [plan, op](const Tensor& g, NeedsGrad) { return std::vector<Tensor>{window_average(g, plan, op)}; };

@@ -5,6 +5,7 @@
 
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/unary.h>
 #include <tapegrad/framework/ops/elementwise.h>
 #include <tapegrad/framework/tensor.h>
@@ -13,17 +14,18 @@ namespace tapegrad::detail {
 
 /// out[i] = combine(g[i], saved[i]) in one pass, split across threads when long: the fused first-order
 /// backward of a unary op. `g` and `saved` have the same shape and dtype.
+/// Note: the gradient takes the layout of `saved` (a channels-last activation gets a channels-last gradient, as
+/// in PyTorch); a g in the other layout is converted first.
 template <class Combine>
 Tensor fused_backward(const Tensor& g_in, const Tensor& saved_in, const char* op, Combine combine) {
-  Tensor g_copy, saved_copy;  // only for strided views
-  const Tensor& g = g_in.is_contiguous() ? g_in : (g_copy = g_in.contiguous());
-  const Tensor& saved = saved_in.is_contiguous() ? saved_in : (saved_copy = saved_in.contiguous());
-  Tensor out = empty(g.shape(), g.dtype());
+  const MemoryFormat format = dense_format(saved_in);
+  const Tensor g = values_in_format(g_in, format), saved = values_in_format(saved_in, format);
+  Tensor out = empty(g.shape(), g.dtype(), format);
   dispatch_floating(g.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    const T* pg = g.data<T>();
-    const T* ps = saved.data<T>();
-    T* o = out.data<T>();
+    const T* pg = g.data<T>(format);
+    const T* ps = saved.data<T>(format);
+    T* o = out.data<T>(format);
     elementwise_for(g.numel(), [&](std::int64_t i) { o[i] = combine(pg[i], ps[i]); });
   });
   return out;

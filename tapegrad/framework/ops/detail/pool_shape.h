@@ -3,6 +3,7 @@
 // one, and the output size checked with PyTorch's rules.
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include <tapegrad/framework/error.h>
 #include <tapegrad/framework/ops/conv.h>
@@ -59,6 +60,23 @@ inline std::int64_t pooled_size(const char* op, const Tensor& input, int dim, st
            dim, shape_string(input.shape()), kernel, padding, dilation);
   }
   return out;
+}
+
+/// The kernel taps [first, last) of each output position along one dim that land inside the input.
+struct TapRange {
+  std::vector<std::int64_t> first, last;
+};
+inline TapRange valid_taps(std::int64_t size, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+                           std::int64_t padding, std::int64_t dilation) {
+  TapRange r;
+  for (std::int64_t i = 0; i < out; ++i) {
+    std::int64_t first = 0, last = kernel;
+    while (first < kernel && i * stride - padding + first * dilation < 0) ++first;
+    while (last > first && i * stride - padding + (last - 1) * dilation >= size) --last;
+    r.first.push_back(first);
+    r.last.push_back(last);
+  }
+  return r;
 }
 
 struct PoolGeometry {

@@ -1,0 +1,17 @@
+#pragma once
+// Internal: max pooling of a channels-last input (ops/max_pool_nhwc.cpp), called by max_pool2d when its input is
+// channels-last.
+#include <cstdint>
+#include <utility>
+
+#include <tapegrad/framework/ops/conv.h>
+#include <tapegrad/framework/tensor.h>
+
+namespace tapegrad::detail {
+
+/// max_pool2d of a 4-d channels-last `input`: a channels-last output (and, when `want_indices`, int64 indices in
+/// the input plane, as PyTorch's, channels-last too); differentiable in every order, as the NCHW op.
+std::pair<Tensor, Tensor> max_pool_nhwc(const Tensor& input, IntPair kernel, IntPair stride, IntPair padding,
+                                        IntPair dilation, bool ceil_mode, bool want_indices);
+
+}  // namespace tapegrad::detail
