@@ -243,6 +243,11 @@ TEST_CASE("ops that only move elements work on bfloat16 and keep the bits") {
   const Tensor index = tapegrad::flip(tapegrad::arange(0.0, 2.0, 1.0, DType::Int64), {0});
   CHECK(values(tapegrad::index_select(x, 0, index)) == std::vector<double>{3, 4, 5, 0, 1, 2});
   CHECK(values(x.split(1, 1)[2]) == std::vector<double>{2, 5});
+  CHECK(values(x.view({3, 2}).chunk(3, 0)[1]) == std::vector<double>{2, 3});
+  CHECK(values(x.unbind(1)[1]) == std::vector<double>{1, 4});
+  Tensor target = tapegrad::zeros({3}, bf);
+  target.index_put_({index}, tapegrad::from_vector(std::vector<double>{1.5, 2.5}, {2}, bf));
+  CHECK(values(target) == std::vector<double>{2.5, 1.5, 0});
   // A NaN payload and -0 pass through a copy bit for bit.
   Tensor special = tapegrad::empty({3}, DType::BFloat16);
   special.data<BFloat16>()[0] = BFloat16{0xffa1};
@@ -263,4 +268,28 @@ TEST_CASE("to(BFloat16) is differentiable between floating types; gradients come
   REQUIRE(w.grad().defined());
   CHECK(w.grad().dtype() == DType::Float32);
   CHECK(w.grad().to_vector() == std::vector<double>{1.0, -2.5});
+}
+
+TEST_CASE("bfloat16 refusals are errors naming bfloat16: gradient accumulation, random factories, in-place math") {
+  Tensor w = tapegrad::from_vector(std::vector<double>{0.5, -1.25}, {2}).requires_grad_(true);
+  const Tensor low = w.to(DType::BFloat16);
+  // low is used twice: its two gradients would have to be added in bfloat16.
+  Tensor y = tapegrad::cat({low, low}, 0).to(DType::Float32);
+  CHECK_THROWS_WITH(tapegrad::sum(y).backward(), Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
+  const auto bf = tapegrad::TensorOptions{}.with_dtype(DType::BFloat16);
+  CHECK_THROWS_WITH(tapegrad::randn({2}, tapegrad::default_generator(), bf), Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
+  Tensor z = tapegrad::zeros({2}, bf);
+  CHECK_THROWS_WITH(z.add_(1.0), Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
+  CHECK(z.to_vector() == std::vector<double>{0, 0});
+}
+
+TEST_CASE("Module::to(BFloat16) converts parameters and buffers, rounded as to()") {
+  tapegrad::nn::Linear linear(3, 2);
+  const std::vector<double> weight = linear.weight.to_vector();
+  linear.to(DType::BFloat16);
+  CHECK(linear.weight.dtype() == DType::BFloat16);
+  CHECK(linear.bias.dtype() == DType::BFloat16);
+  const std::vector<double> low = linear.weight.to_vector();
+  for (std::size_t i = 0; i < weight.size(); ++i)
+    CHECK(low[i] == tapegrad::bfloat16_to_float(tapegrad::bfloat16_from_float(static_cast<float>(weight[i]))));
 }
