@@ -41,6 +41,8 @@ void add_options(CLI::App& app, Options& options) {
   // is the CNN's first weight [32, 1, 3, 3], so, as in PyTorch, its first block runs row-major and the model turns
   // channels-last at the second convolution.
   app.add_flag("--channels-last", options.channels_last, "run the model channels-last (model->to(ChannelsLast))");
+  app.add_flag("--autocast", options.autocast,
+               "bfloat16 mixed precision: forward (and evaluation) under AutocastGuard (docs/autocast.md)");
 }
 
 void apply(Options& options, const std::string& name) {
@@ -195,6 +197,9 @@ int run_example(int argc, char** argv, const ExampleSpec& spec) try {
     return app.exit(error);
   }
   apply(options, spec.name);
+  // Note: thread-local, so it covers this thread's forward and backward passes (the DataLoader's workers compute
+  // no products); evaluation runs under it too, so a checkpoint's recorded accuracy is re-checked the same way.
+  const AutocastGuard autocast(DType::BFloat16, options.autocast);
 
   data::FashionMnistOptions data_options;
   data_options.dir = options.data_dir;

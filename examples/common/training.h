@@ -29,6 +29,7 @@ struct Options {
   std::int64_t max_steps = 0;  ///< stop each epoch after this many batches (0 = all); for smoke runs
   std::int64_t subset = 0;     ///< train on the first this-many images only (0 = all)
   bool channels_last = false;  ///< model->to(MemoryFormat::ChannelsLast) (convolutions run NHWC)
+  bool autocast = false;  ///< run training and evaluation under AutocastGuard (bfloat16 products)
 };
 
 /// Adds the shared options to `app` (defaults taken from `options`).
