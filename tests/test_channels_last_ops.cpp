@@ -115,6 +115,11 @@ TEST_CASE("empty, empty_like and the *_like factories keep channels-last (PyTorc
   CHECK(identical(zeros_like(x), zeros({2, 3, 4, 5}, f64())));
   CHECK(identical(full_like(x, 2.5), full({2, 3, 4, 5}, 2.5, f64())));
   CHECK(empty({2, 3, 4, 5}, DType::Float32, CL).strides() == Shape{60, 1, 15, 3});
+  // Created channels-last, a [N, C, 1, 1] tensor carries NHWC strides along its size-1 dims too (as PyTorch's).
+  const Tensor pooled_shape = empty({8, 64, 1, 1}, DType::Float32, CL);
+  CHECK(pooled_shape.is_contiguous());
+  CHECK(pooled_shape.suggest_memory_format() == CL);
+  CHECK(empty({8, 64, 1, 1}).suggest_memory_format() == MemoryFormat::Contiguous);
   // As PyTorch: view cannot flatten a channels-last tensor; reshape copies.
   CHECK(answer("misc/view_flat_ok") == std::vector<double>{0.0});
   CHECK_THAT(error_of([&] { (void)x.view({2, -1}); }), Catch::Contains("view"));
@@ -223,7 +228,8 @@ TEST_CASE("binary ops give the output format PyTorch's TensorIterator gives, and
 TEST_CASE("a channels-last leaf's .grad is channels-last whatever formats its gradients arrive in, and sums them") {
   for (const char* name : {"param_cl_only", "param_mixed", "param_rm_only"}) {
     INFO(name);
-    const std::string uses = std::string(name) == "param_cl_only" ? "c" : std::string(name) == "param_mixed" ? "cr" : "r";
+    const std::string key = name;
+    const std::string uses = key == "param_cl_only" ? "c" : key == "param_mixed" ? "cr" : "r";
     const Tensor w = leaf({2, 3, 4, 5}, 'c', 5);
     Tensor loss = zeros({}, f64());
     for (char u : uses) loss = add(loss, u == 'c' ? mul(w, 2.0).sum() : mul(w.contiguous(), 3.0).sum());
@@ -246,6 +252,20 @@ TEST_CASE("gradients of a channels-last intermediate used twice, in both formats
   const Tensor xd = x.detach();
   CHECK(formats(x.grad()) == std::vector<double>{1.0, 0.0});
   CHECK(allclose(x.grad(), add(mul(relu(xd), 2.0), mul(gt(xd, 0.0), 3.0))));
+}
+
+TEST_CASE("in-place ops write a channels-last tensor where it lies and keep its format") {
+  const Tensor other = leaf({2, 3, 4, 5}, 'r', 4).detach();
+  Tensor x = leaf({2, 3, 4, 5}, 'c', 3).detach();
+  const Tensor before = x.contiguous();
+  x.add_(other);
+  CHECK(formats(x) == answer("inplace/cl_add_rm/answer"));
+  CHECK(identical(x, add(before, other)));
+  x.mul_(ones({1, 3, 1, 1}, f64()).mul_(0.5));
+  x.relu_();
+  x.copy_(mul(x, 2.0).contiguous());
+  CHECK(x.is_contiguous(CL));
+  CHECK(identical(x, add(before, other)));
 }
 
 // ---- properties: the same values and gradients in both formats ----

@@ -63,13 +63,16 @@ MemoryFormat elementwise_output_format(std::initializer_list<const Tensor*> oper
   if (out_shape.size() != 4) return MemoryFormat::Contiguous;
   // TensorIterator's fast set-up: operands all of the output's shape, all row-major (even if also channels-last)
   // give row-major; all channels-last give channels-last.
-  bool same_shape = true, all_contiguous = true, all_channels_last = true;
+  // Note: the row-major case, by far the commonest, is decided first, with one load per operand.
+  bool same_shape = true, all_contiguous = true;
   for (const Tensor* t : operands) {
     same_shape = same_shape && t->shape() == out_shape;
     all_contiguous = all_contiguous && t->is_contiguous();
-    all_channels_last = all_channels_last && t->is_contiguous(MemoryFormat::ChannelsLast);
   }
   if (same_shape && all_contiguous) return MemoryFormat::Contiguous;
+  bool all_channels_last = true;
+  for (const Tensor* t : operands)
+    all_channels_last = all_channels_last && t->is_contiguous(MemoryFormat::ChannelsLast);
   if (same_shape && all_channels_last) return MemoryFormat::ChannelsLast;
   // Otherwise TensorIterator's reorder_dimensions: an insertion sort of the dims, fastest first, where the first
   // operand whose strides along the two dims are both non-zero (not broadcast) and differ decides; equal strides

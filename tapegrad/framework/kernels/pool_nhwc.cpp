@@ -25,7 +25,8 @@ void max_pool_nhwc(const T* x, const NhwcPlanes& p, const NhwcMaxWindows& win, T
       T* best = out + ((n * p.oh + i) * p.ow + j) * c;
       std::int64_t* best_index = indices + ((n * p.oh + i) * p.ow + j) * c;
       const std::int64_t h0 = i * win.stride_h - win.pad_h, w0 = j * win.stride_w - win.pad_w;
-      const std::int64_t first = (h0 + win.row_first[i] * win.dilation_h) * p.w + w0 + win.col_first[j] * win.dilation_w;
+      const std::int64_t first =
+          (h0 + win.row_first[i] * win.dilation_h) * p.w + w0 + win.col_first[j] * win.dilation_w;
       for (std::int64_t k = 0; k < c; ++k) {
         best[k] = -std::numeric_limits<T>::infinity();
         best_index[k] = first;
