@@ -119,7 +119,8 @@ TEST_CASE("every conversion path gives the scalar function's bits at every lengt
       std::vector<std::uint16_t> part(static_cast<std::size_t>(n) + 1, 0xabcd);
       tapegrad::kernels::float_to_bfloat16_on(path, in.data() + 7, part.data(), n);
       for (std::int64_t i = 0; i < n; ++i)
-        CHECK(part[static_cast<std::size_t>(i)] == tapegrad::bfloat16_from_float(in[static_cast<std::size_t>(i) + 7]).bits);
+        CHECK(part[static_cast<std::size_t>(i)] ==
+              tapegrad::bfloat16_from_float(in[static_cast<std::size_t>(i) + 7]).bits);
       CHECK(part.back() == 0xabcd);  // nothing written past n
     }
   }
@@ -212,7 +213,7 @@ TEST_CASE("bfloat16 dtype facts, factories, item, copy_ and printing") {
   Tensor target = tapegrad::zeros({2, 2}, bf);
   target.copy_(tapegrad::from_vector(std::vector<double>{1.0, 1.00390625, 1.01171875, -3.0}, {2, 2}));
   CHECK(target.to_vector() == std::vector<double>{1.0, 1.0, 1.015625, -3.0});  // ties to even
-  Tensor column = target.select(1, 0);  // a strided view
+  Tensor column = target.select(1, 0);                                         // a strided view
   column.copy_(tapegrad::full({2}, 7.0));
   CHECK(target.to_vector() == std::vector<double>{7.0, 1.0, 7.0, -3.0});
   target.fill_(0.5);
@@ -277,7 +278,8 @@ TEST_CASE("bfloat16 refusals are errors naming bfloat16: gradient accumulation, 
   Tensor y = tapegrad::cat({low, low}, 0).to(DType::Float32);
   CHECK_THROWS_WITH(tapegrad::sum(y).backward(), Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
   const auto bf = tapegrad::TensorOptions{}.with_dtype(DType::BFloat16);
-  CHECK_THROWS_WITH(tapegrad::randn({2}, tapegrad::default_generator(), bf), Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
+  CHECK_THROWS_WITH(tapegrad::randn({2}, tapegrad::default_generator(), bf),
+                    Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
   Tensor z = tapegrad::zeros({2}, bf);
   CHECK_THROWS_WITH(z.add_(1.0), Catch::Contains("bfloat16") && Catch::Contains(".to(DType::Float32)"));
   CHECK(z.to_vector() == std::vector<double>{0, 0});

@@ -26,7 +26,8 @@ struct Case {
 Tensor input(const tg::Shape& shape, int salt) {
   const std::int64_t n = tg::shape_numel(shape);
   std::vector<double> v;
-  for (std::int64_t i = 0; i < n; ++i) v.push_back(static_cast<double>((i * 37 + salt * 11) % 64) / 16.0 - 2.0 + 0.03125);
+  for (std::int64_t i = 0; i < n; ++i)
+    v.push_back(static_cast<double>((i * 37 + salt * 11) % 64) / 16.0 - 2.0 + 0.03125);
   return tg::from_vector(v, shape, tg::TensorOptions{}.with_dtype(DType::BFloat16));
 }
 
@@ -36,15 +37,43 @@ const std::vector<Case>& cases() {
       {"clone", {{2, 3}}, [](auto& x) { return x[0].t().clone(); }},
       {"contiguous", {{2, 3}}, [](auto& x) { return x[0].t().contiguous(); }},
       {"reshape", {{2, 3}}, [](auto& x) { return x[0].t().reshape({6}); }},
-      {"permute", {{2, 3, 2}}, [](auto& x) { return tg::permute(x[0], {2, 0, 1}).contiguous(); }},
-      {"cat", {{2, 3}, {1, 3}}, [](auto& x) { return tg::cat({x[0], x[1]}, 0); }},
-      {"stack", {{2, 3}, {2, 3}}, [](auto& x) { return tg::stack({x[0], x[1]}, 2); }},
-      {"flip", {{2, 3}}, [](auto& x) { return tg::flip(x[0], {0, 1}); }},
+      {"permute",
+       {{2, 3, 2}},
+       [](auto& x) {
+         return tg::permute(x[0], {2, 0, 1}).contiguous();
+       }},
+      {"cat",
+       {{2, 3}, {1, 3}},
+       [](auto& x) {
+         return tg::cat({x[0], x[1]}, 0);
+       }},
+      {"stack",
+       {{2, 3}, {2, 3}},
+       [](auto& x) {
+         return tg::stack({x[0], x[1]}, 2);
+       }},
+      {"flip",
+       {{2, 3}},
+       [](auto& x) {
+         return tg::flip(x[0], {0, 1});
+       }},
       {"tril", {{3, 3}}, [](auto& x) { return tg::tril(x[0]); }},
       {"index_select", {{3, 2}}, [](auto& x) { return tg::index_select(x[0], 0, tg::arange(2, DType::Int64)); }},
-      {"gather", {{3, 2}}, [](auto& x) { return tg::gather(x[0], 1, tg::zeros({3, 1}, tg::TensorOptions{}.with_dtype(DType::Int64))); }},
-      {"expand+contiguous", {{1, 3}}, [](auto& x) { return x[0].expand({2, 3}).contiguous(); }},
-      {"pad", {{2, 3}}, [](auto& x) { return tg::pad(x[0], {1, 1}); }},
+      {"gather",
+       {{3, 2}},
+       [](auto& x) {
+         return tg::gather(x[0], 1, tg::zeros({3, 1}, tg::TensorOptions{}.with_dtype(DType::Int64)));
+       }},
+      {"expand+contiguous",
+       {{1, 3}},
+       [](auto& x) {
+         return x[0].expand({2, 3}).contiguous();
+       }},
+      {"pad",
+       {{2, 3}},
+       [](auto& x) {
+         return tg::pad(x[0], {1, 1});
+       }},
       // arithmetic
       {"add", {{2, 3}, {2, 3}}, [](auto& x) { return tg::add(x[0], x[1]); }},
       {"sub", {{2, 3}, {2, 3}}, [](auto& x) { return tg::sub(x[0], x[1]); }},
@@ -79,7 +108,9 @@ const std::vector<Case>& cases() {
       {"avg_pool2d", {{1, 2, 4, 4}}, [](auto& x) { return tg::avg_pool2d(x[0], 2); }},
       {"layer_norm", {{2, 3}}, [](auto& x) { return tg::layer_norm(x[0], {3}); }},
       {"mse_loss", {{2, 3}, {2, 3}}, [](auto& x) { return tg::mse_loss(x[0], x[1]); }},
-      {"cross_entropy", {{2, 3}}, [](auto& x) { return tg::cross_entropy(x[0], tg::zeros({2}, tg::TensorOptions{}.with_dtype(DType::Int64))); }},
+      {"cross_entropy",
+       {{2, 3}},
+       [](auto& x) { return tg::cross_entropy(x[0], tg::zeros({2}, tg::TensorOptions{}.with_dtype(DType::Int64))); }},
       {"dropout(eval)", {{2, 3}}, [](auto& x) { return tg::dropout(x[0], 0.5, true); }},
       {"embedding", {{4, 3}}, [](auto& x) { return tg::embedding(x[0], tg::arange(2, DType::Int64)); }},
       {"masked_fill", {{2, 3}, {2, 3}}, [](auto& x) { return tg::masked_fill(x[0], tg::gt(x[0], x[1]), 0.5); }},

@@ -100,8 +100,8 @@ void check_torch_tensors(const std::vector<tapegrad::ForeignTensor>& tensors) {
 
 TEST_CASE("torch 1.13's bfloat16 tensors read bit for bit from .pt and safetensors") {
   check_torch_tensors(tapegrad::read_pytorch(read_file(data_file("bfloat16_tensors.pt")), "bfloat16_tensors.pt"));
-  check_torch_tensors(tapegrad::read_safetensors(read_file(data_file("bfloat16_tensors.safetensors")),
-                                                 "bfloat16_tensors.safetensors"));
+  check_torch_tensors(
+      tapegrad::read_safetensors(read_file(data_file("bfloat16_tensors.safetensors")), "bfloat16_tensors.safetensors"));
 }
 
 TEST_CASE("torch's bfloat16 files load into bfloat16, float32 and float64 module entries, converted as torch") {
@@ -117,8 +117,8 @@ TEST_CASE("torch's bfloat16 files load into bfloat16, float32 and float64 module
     for (auto b : grid_bits()) grid.push_back(tapegrad::bfloat16_to_float(BFloat16{b}));
     CHECK(m.get("grid").dtype() == DType::Float32);
     CHECK(m.get("grid").to_vector() == grid);
-    CHECK(bits_of(m.get("wide")) == std::vector<std::uint16_t>{0x3FC0, 0xC010, tapegrad::bfloat16_from_float(3.0e-3f).bits,
-                                                               0x40E0});
+    CHECK(bits_of(m.get("wide")) ==
+          std::vector<std::uint16_t>{0x3FC0, 0xC010, tapegrad::bfloat16_from_float(3.0e-3f).bits, 0x40E0});
   }
 }
 
@@ -150,8 +150,12 @@ TEST_CASE("tapegrad's checkpoint, .pt and safetensors keep bfloat16 bits; torch 
   {
     std::ofstream py(script);
     py << "import json, struct, sys, torch\n"
-          "special = " << fmt::format("{}", kSpecial) << "\n"
-          "grid = " << fmt::format("{}", grid_bits()) << "\n"
+          "special = "
+       << fmt::format("{}", kSpecial)
+       << "\n"
+          "grid = "
+       << fmt::format("{}", grid_bits())
+       << "\n"
           "def bits(t):\n"
           "    return [b & 0xFFFF for b in t.contiguous().view(torch.int16).flatten().tolist()]\n"
           "sd = torch.load(sys.argv[1])\n"

@@ -51,7 +51,9 @@ Tensor empty(const Shape& shape, DType dtype) {
 }
 
 // Note: bfloat16 values are made in float32 and rounded once (a double value rounds through float, as torch's).
-static Tensor to_bfloat16(const Tensor& wide, const TensorOptions& options) { return finish(wide.to(DType::BFloat16), options); }
+static Tensor to_bfloat16(const Tensor& wide, const TensorOptions& options) {
+  return finish(wide.to(DType::BFloat16), options);
+}
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
   if (options.dtype == DType::BFloat16) return to_bfloat16(full(shape, value), options);
