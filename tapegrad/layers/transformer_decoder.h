@@ -54,6 +54,9 @@ class TransformerDecoderLayer : public Module {
   std::shared_ptr<TransformerDropout> dropout1, dropout2, dropout3;
 
  private:
+  // Note: a decoder takes the target and the memory; Module's one-tensor forward stays unreachable (private),
+  // named here so that it is not merely hidden (clang's -Woverloaded-virtual), as in the losses (loss.h).
+  using Module::forward;
   TransformerDecoderLayerOptions options_;
 };
 
@@ -72,6 +75,11 @@ class TransformerDecoder : public Module {
   std::shared_ptr<Sequential> layers;
   /// Null when built without a final norm.
   std::shared_ptr<LayerNorm> norm;
+
+ private:
+  // Note: a decoder takes the target and the memory; Module's one-tensor forward stays unreachable (private),
+  // named here so that it is not merely hidden (clang's -Woverloaded-virtual), as in the losses (loss.h).
+  using Module::forward;
 };
 
 /// Options for Transformer, with PyTorch's names and defaults.
@@ -127,6 +135,9 @@ class Transformer : public Module {
   std::shared_ptr<TransformerDecoder> decoder;
 
  private:
+  // Note: a Transformer takes the source and the target; Module's one-tensor forward stays unreachable (private),
+  // named here so that it is not merely hidden (clang's -Woverloaded-virtual), as in the losses (loss.h).
+  using Module::forward;
   TransformerOptions options_;
 };
 
