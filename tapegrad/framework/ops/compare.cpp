@@ -21,6 +21,8 @@ Tensor compare(const Tensor& a, const Tensor& b, const char* op, F f) {
     fail("{}: dtype mismatch between {} {} and {} {}", op, shape_string(a.shape()), dtype_name(a.dtype()),
          shape_string(b.shape()), dtype_name(b.dtype()));
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), op);
+  if (a.dtype() == DType::BFloat16)
+    fail("{}: bfloat16 is not supported by this op: convert with .to(DType::Float32)", op);
   Tensor out = empty(out_shape, a.dtype());
   detail::dispatch_all(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -35,6 +37,8 @@ Tensor compare(const Tensor& a, const Tensor& b, const char* op, F f) {
 template <class F>
 Tensor compare(const Tensor& a, double b, const char* op, F f) {
   a.check_defined(op);
+  if (a.dtype() == DType::BFloat16)
+    fail("{}: bfloat16 is not supported by this op: convert with .to(DType::Float32)", op);
   Tensor out = empty(a.shape(), a.dtype());
   detail::dispatch_all(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -84,6 +88,8 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   const Tensor m = mask_as(mask, a.dtype(), "where");
   const Shape ab = broadcast_shapes(a.shape(), b.shape(), "where");
   const Shape out_shape = broadcast_shapes(m.shape(), ab, "where");
+  if (a.dtype() == DType::BFloat16)
+    fail("{}: bfloat16 is not supported by this op: convert with .to(DType::Float32)", "where");
   Tensor out = empty(out_shape, a.dtype());
   detail::dispatch_all(a.dtype(), [&](auto tag) {
     using T = decltype(tag);

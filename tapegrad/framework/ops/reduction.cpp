@@ -255,6 +255,8 @@ ValuesIndices extremum_along(const Tensor& x_in, std::int64_t dim, bool keepdim,
   const detail::DimSplit s = detail::split_at(x.shape(), nd);
   if (s.n == 0) fail("{}: cannot reduce over dim {} of size 0 in shape {}", op, dim, shape_string(x.shape()));
   const Shape& result_shape = keepdim ? keep : out_shape;
+  if (x.dtype() == DType::BFloat16)
+    fail("{}: bfloat16 is not supported by this op: convert with .to(DType::Float32)", op);
   Tensor values = empty(result_shape, x.dtype());
   Tensor indices = empty(result_shape, DType::Int64);
   detail::dispatch_all(x.dtype(), [&](auto tag) {
@@ -294,6 +296,8 @@ Tensor extremum_over(const Tensor& x_in, const std::vector<std::int64_t>& dims, 
   const detail::ReducePlan plan = detail::plan_reduction(x.shape(), dims, op);
   if (plan.count == 0 || (x.numel() == 0 && shape_numel(plan.keep) != 0))
     fail("{}: cannot reduce an empty dim of shape {}", op, shape_string(x.shape()));
+  if (x.dtype() == DType::BFloat16)
+    fail("{}: bfloat16 is not supported by this op: convert with .to(DType::Float32)", op);
   Tensor out = empty(keepdim ? plan.keep : plan.out, x.dtype());
   detail::dispatch_all(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
