@@ -35,7 +35,7 @@ Tensor triangle(const Tensor& x_in, std::int64_t diagonal, Triangle which) {
             which == Triangle::Upper ? i + diagonal : i + diagonal + 1, 0, cols);
         const std::int64_t keep_from = which == Triangle::Upper ? edge : 0;
         const std::int64_t keep_to = which == Triangle::Upper ? cols : edge;
-        std::fill(dst + at, dst + at + keep_from, T(0));
+        std::fill(dst + at, dst + at + keep_from, T{});  // +0 in every dtype; T(0) is not valid for BFloat16 in clang
         std::copy(src + at + keep_from, src + at + keep_to, dst + at + keep_from);
         std::fill(dst + at + keep_to, dst + at + cols, T{});  // +0 in every dtype
       }
