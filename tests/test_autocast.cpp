@@ -304,3 +304,19 @@ TEST_CASE("backward with create_graph through an autocast product is refused, na
   REQUIRE(error.find("linear") != std::string::npos);
   REQUIRE(error.find("create_graph") != std::string::npos);
 }
+
+TEST_CASE("the guard refuses a dtype other than bfloat16, and conv2d refuses create_graph, naming what") {
+  const std::string guard_error = error_of([] { AutocastGuard guard(DType::Float64); });
+  REQUIRE(guard_error.find("bfloat16 only") != std::string::npos);
+  REQUIRE(guard_error.find("float64") != std::string::npos);
+
+  const Tensor x = randn({1, 2, 5, 5}).requires_grad_(), w = randn({3, 2, 3, 3}).requires_grad_();
+  Tensor y;
+  {
+    AutocastGuard guard;
+    y = conv2d(x, w).sum();
+  }
+  const std::string error = error_of([&] { autograd::grad({y}, {x}, {}, false, true); });
+  REQUIRE(error.find("conv2d") != std::string::npos);
+  REQUIRE(error.find("create_graph") != std::string::npos);
+}

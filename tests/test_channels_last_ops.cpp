@@ -95,6 +95,8 @@ TEST_CASE("contiguous(ChannelsLast) lays out the NHWC array and keeps the values
   CHECK_THAT(error_of([&] { (void)arange(6).reshape({2, 3}).contiguous(CL); }),
              Catch::Contains("ChannelsLast needs a 4-d") && Catch::Contains("[2, 3]"));
   CHECK_THAT(error_of([&] { (void)x.is_contiguous(MemoryFormat::Preserve); }), Catch::Contains("Preserve"));
+  CHECK_THAT(error_of([&] { (void)x.contiguous(MemoryFormat::Preserve); }),
+             Catch::Contains("contiguous: memory format Preserve is not a layout") && Catch::Contains("[1, 2, 3, 4]"));
   CHECK_THAT(error_of([&] { (void)empty({2, 3}, DType::Float32, CL); }), Catch::Contains("4-d"));
   // A channels-last slice is neither; contiguous(CL) copies it.
   const Tensor sliced = y.narrow(3, 1, 2);

@@ -297,12 +297,7 @@ std::pair<Tensor, Tensor> max_pool_batched(const Tensor& input_in, IntPair kerne
                        dilation, windows);
     return result;
   });
-  if (trace::active())
-    trace::annotate(out, {{"kernel", std::vector<std::int64_t>{kernel.h, kernel.w}},
-                          {"stride", std::vector<std::int64_t>{stride.h, stride.w}},
-                          {"padding", std::vector<std::int64_t>{padding.h, padding.w}},
-                          {"dilation", std::vector<std::int64_t>{dilation.h, dilation.w}},
-                          {"ceil_mode", std::int64_t{ceil_mode}}});
+  detail::annotate_max_pool(out, kernel, stride, padding, dilation, ceil_mode);
   out = record_if_needed("max_pool2d", out, {input}, [&] {
     Argmax argmax{taps, taps ? SavedTensor() : SavedTensor(indices, "max_pool2d"), out_shape};
     return [argmax = std::move(argmax), shape = input.shape()](const Tensor& grad, NeedsGrad) {

@@ -59,6 +59,16 @@ Tensor gather_nhwc(const Tensor& x_in, const SavedTensor& indices, const Shape& 
 
 }  // namespace
 
+void detail::annotate_max_pool(const Tensor& out, IntPair kernel, IntPair stride, IntPair padding,
+                               IntPair dilation, bool ceil_mode) {
+  if (trace::active())
+    trace::annotate(out, {{"kernel", std::vector<std::int64_t>{kernel.h, kernel.w}},
+                          {"stride", std::vector<std::int64_t>{stride.h, stride.w}},
+                          {"padding", std::vector<std::int64_t>{padding.h, padding.w}},
+                          {"dilation", std::vector<std::int64_t>{dilation.h, dilation.w}},
+                          {"ceil_mode", std::int64_t{ceil_mode}}});
+}
+
 std::pair<Tensor, Tensor> detail::max_pool_nhwc(const Tensor& input, IntPair kernel, IntPair stride, IntPair padding,
                                                 IntPair dilation, bool ceil_mode, bool want_indices) {
   const detail::PoolGeometry g = detail::check_pool("max_pool2d", input, kernel, stride, padding, dilation, ceil_mode);
@@ -75,12 +85,7 @@ std::pair<Tensor, Tensor> detail::max_pool_nhwc(const Tensor& input, IntPair ker
     kernels::max_pool_nhwc(input.data<T>(kNhwc), nhwc_planes(input.shape(), out_shape), windows, out.data<T>(kNhwc),
                            indices.data<std::int64_t>(kNhwc));
   });
-  if (trace::active())
-    trace::annotate(out, {{"kernel", std::vector<std::int64_t>{kernel.h, kernel.w}},
-                          {"stride", std::vector<std::int64_t>{stride.h, stride.w}},
-                          {"padding", std::vector<std::int64_t>{padding.h, padding.w}},
-                          {"dilation", std::vector<std::int64_t>{dilation.h, dilation.w}},
-                          {"ceil_mode", std::int64_t{ceil_mode}}});
+  annotate_max_pool(out, kernel, stride, padding, dilation, ceil_mode);
   out = record_if_needed("max_pool2d", out, {input}, [&] {
     return [indices = SavedTensor(indices, "max_pool2d"), shape = input.shape()](const Tensor& grad, NeedsGrad) {
       return std::vector<Tensor>{scatter_nhwc(grad, indices, shape)};

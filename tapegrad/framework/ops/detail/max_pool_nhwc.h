@@ -14,4 +14,8 @@ namespace tapegrad::detail {
 std::pair<Tensor, Tensor> max_pool_nhwc(const Tensor& input, IntPair kernel, IntPair stride, IntPair padding,
                                         IntPair dilation, bool ceil_mode, bool want_indices);
 
+/// Reports max_pool2d's attributes to an active tracer (ONNX export); both layouts' forwards call it.
+void annotate_max_pool(const Tensor& out, IntPair kernel, IntPair stride, IntPair padding, IntPair dilation,
+                       bool ceil_mode);
+
 }  // namespace tapegrad::detail
