@@ -320,3 +320,46 @@ TEST_CASE("the guard refuses a dtype other than bfloat16, and conv2d refuses cre
   REQUIRE(error.find("conv2d") != std::string::npos);
   REQUIRE(error.find("create_graph") != std::string::npos);
 }
+
+TEST_CASE("autocast conv2d on channels-last input: channels-last output and input gradient, the NCHW values") {
+  constexpr MemoryFormat kChannelsLast = MemoryFormat::ChannelsLast;
+  for (const bool fallback : {false, true}) {
+    kernels::autocast::force_fallback(fallback);
+    for (const Case& c : cases()) {
+      if (std::string(c.name).rfind("conv2d", 0) != 0) continue;
+      INFO(c.name << (fallback ? ", float32 fallback" : ", oneDNN where the CPU has it"));
+      // The same convolution reading a channels-last copy of its input (gradients flow back to the NCHW leaf).
+      const Case channels_last{c.name, [op = c.op](const Inputs& v) {
+                                 Inputs cl = v;
+                                 cl[0] = v[0].contiguous(kChannelsLast);
+                                 return op(cl);
+                               },
+                               c.inputs, c.k};
+      const Tensor w = weights_like(c.op, c.inputs, 13);
+      const Inputs nchw = run(c.op, c.inputs, w, true), nhwc = run(channels_last.op, c.inputs, w, true);
+      // Note: the same rounded products summed by other kernels (NHWC against blocked): float32 reassociation.
+      const Inputs ref = references(c.op, round_all_but_bias(c), rounded(w));
+      for (std::size_t i = 0; i < nchw.size(); ++i) {
+        INFO("output 0, gradients 1..: " << i);
+        if (nchw[i].defined()) REQUIRE(within(nhwc[i], nchw[i], ref[i], 2 * f32_factor(c.k)) == "");
+      }
+    }
+    // The layouts: a channels-last leaf gets a channels-last output and a channels-last gradient.
+    Generator g(5);
+    const Tensor x = randn({2, 6, 7, 5}, g).contiguous(kChannelsLast).requires_grad_();
+    const Tensor w = randn({4, 6, 3, 3}, g).requires_grad_(), b = randn({4}, g).requires_grad_();
+    Tensor y;
+    {
+      AutocastGuard guard;
+      y = conv2d(x, w, b, 1, 1);
+    }
+    REQUIRE(y.dtype() == DType::Float32);
+    REQUIRE(y.is_contiguous(kChannelsLast));
+    REQUIRE_FALSE(y.is_contiguous());
+    (y * randn(y.shape(), g)).sum().backward();
+    REQUIRE(x.grad().is_contiguous(kChannelsLast));
+    REQUIRE(w.grad().is_contiguous());
+    REQUIRE(b.grad().shape() == Shape{4});
+  }
+  kernels::autocast::force_fallback(false);
+}

@@ -16,7 +16,8 @@ bool fallback_forced();
 /// Test hook: forces the fallback on (true) or returns to the environment's choice (false), process-wide.
 void force_fallback(bool forced);
 
-/// y[i] = x[i] rounded to bfloat16 (round to nearest even; NaN stays NaN), as raw bits.
+/// y[i] = x[i] rounded to bfloat16 (round to nearest even; NaN stays NaN), as raw bits; split across the OpenMP
+/// threads for a long array (same bits for any thread count).
 void round_to_bf16(const float* x, std::uint16_t* y, std::int64_t n);
 /// y[i] = x[i] widened to float32 (exact).
 void widen_bf16(const std::uint16_t* x, float* y, std::int64_t n);

@@ -124,11 +124,8 @@ Tensor conv2d_batched(const Tensor& input_in, const Tensor& weight_in, const Ten
     if (bias.shape() != Shape{g.o})
       fail("conv2d: bias {} must be [{}], one value per output channel", shape_string(bias.shape()), g.o);
   }
-  if (detail::autocast_applies({input, weight, bias})) {  // bfloat16 (ops/conv_autocast.cpp), on NCHW copies
-    Geometry plain = g;
-    plain.channels_last = false;
-    return detail::autocast_conv2d(input, weight, bias, plain);
-  }
+  if (detail::autocast_applies({input, weight, bias}))  // bfloat16 (ops/conv_autocast.cpp), in `format` too
+    return detail::autocast_conv2d(input, weight, bias, g);
   Tensor out = empty({g.n, g.o, g.oh, g.ow}, input.dtype(), format);
   detail::dispatch_floating(input.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);

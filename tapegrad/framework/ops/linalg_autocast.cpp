@@ -19,15 +19,17 @@ bool autocast_applies(std::initializer_list<Tensor> tensors) {
   return true;
 }
 
-Bf16Values::Bf16Values(const Tensor& values)
-    : storage_(std::make_shared<Storage>(static_cast<std::size_t>(values.numel()) * 2)), shape_(values.shape()) {
-  const Tensor dense = values.contiguous();
-  kernels::autocast::round_to_bf16(dense.data<float>(), static_cast<std::uint16_t*>(storage_->data()), numel());
+Bf16Values::Bf16Values(const Tensor& values, MemoryFormat format)
+    : storage_(std::make_shared<Storage>(static_cast<std::size_t>(values.numel()) * 2)),
+      shape_(values.shape()),
+      format_(format) {
+  const Tensor dense = values.contiguous(format);
+  kernels::autocast::round_to_bf16(dense.data<float>(format), static_cast<std::uint16_t*>(storage_->data()), numel());
 }
 
 Tensor Bf16Values::widened() const {
-  Tensor out = empty(shape_, DType::Float32);
-  kernels::autocast::widen_bf16(data(), out.data<float>(), numel());
+  Tensor out = empty(shape_, DType::Float32, format_);
+  kernels::autocast::widen_bf16(data(), out.data<float>(format_), numel());
   return out;
 }
 

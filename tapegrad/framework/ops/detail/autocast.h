@@ -25,17 +25,20 @@ bool autocast_applies(std::initializer_list<Tensor> tensors);
 class Bf16Values {
  public:
   Bf16Values() = default;
-  /// Rounds `values` (any layout; read through contiguous()).
-  explicit Bf16Values(const Tensor& values);
+  /// Rounds `values` (any layout; read through contiguous(format)), stored in `format`'s order: row-major, or NHWC
+  /// for MemoryFormat::ChannelsLast.
+  explicit Bf16Values(const Tensor& values, MemoryFormat format = MemoryFormat::Contiguous);
   const std::uint16_t* data() const { return static_cast<const std::uint16_t*>(storage_->data()); }
   const Shape& shape() const { return shape_; }
+  MemoryFormat format() const { return format_; }
   std::int64_t numel() const { return shape_numel(shape_); }
-  /// The rounded values widened back to a float32 tensor (exact).
+  /// The rounded values widened back to a float32 tensor in format() (exact).
   Tensor widened() const;
 
  private:
   std::shared_ptr<Storage> storage_;
   Shape shape_;
+  MemoryFormat format_ = MemoryFormat::Contiguous;
 };
 
 /// matmul(a, b) in bfloat16: a, b already checked by matmul; a2 and b2 are their >= 2-d matrix shapes (a's batch
@@ -43,7 +46,9 @@ class Bf16Values {
 Tensor autocast_matmul(const Tensor& a, const Tensor& b, const Shape& a2, const Shape& b2, const Shape& out_shape);
 /// linear(x, weight, bias) in bfloat16 (arguments contiguous and checked by linear); bias added in float32.
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
-/// conv2d of a 4-d input in bfloat16 (arguments checked by conv2d, `g` their geometry); bias added in float32.
+/// conv2d of a 4-d input in bfloat16 (arguments checked by conv2d, `g` their geometry); bias added in float32. The
+/// input, output and input gradient are channels-last when g.channels_last (the input is then dense NHWC), else
+/// row-major.
 Tensor autocast_conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const kernels::ConvGeometry& g);
 
 }  // namespace tapegrad::detail
