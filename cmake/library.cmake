@@ -48,6 +48,7 @@ target_compile_options(tapegrad_objects PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-
 # Note: BatchNorm's loops round every operation once (no FMA contraction): the fused BatchNorm+ReLU backward
 # recomputes ReLU's input and needs the forward's bits (framework/kernels/batch_norm_runs.cpp says why).
 set_source_files_properties(${PROJECT_SOURCE_DIR}/tapegrad/framework/kernels/batch_norm_runs.cpp
+                            ${PROJECT_SOURCE_DIR}/tapegrad/framework/kernels/batch_norm_tiles.cpp
                             PROPERTIES COMPILE_OPTIONS $<$<CXX_COMPILER_ID:GNU,Clang>:-ffp-contract=off>)
 # Note: CI compiles the library four times (Release, the sanitizers, the clang fuzz build and check_package's
 # Debug subproject), and most of a file's compile time is parsing the same headers (Eigen, oneDNN, the
@@ -60,11 +61,13 @@ if(TAPEGRAD_UNITY_BUILD)
   set(TAPEGRAD_UNITY_ALONE
     # file-wide pragmas or macros
     optim/lr_scheduler.cpp optim/one_cycle_lr.cpp framework/kernels/batch_norm_runs.cpp
+    framework/kernels/batch_norm_tiles.cpp framework/kernels/max_pool_2x2_nhwc.cpp
     framework/kernels/max_pool_2x2.cpp framework/kernels/bfloat16_convert.cpp framework/kernels/pool_nhwc.cpp
     framework/kernels/vector_math.cpp framework/kernels/conv2d_im2col.cpp
     # a lambda capturing an internal type in a template: -Wsubobject-linkage once the file is not the main file
     framework/kernels/batch_norm_passes.cpp
     # internal names defined by another file too (one of each pair)
+    framework/kernels/batch_norm_row_passes.cpp
     framework/ops/shape_ops_index.cpp framework/ops/max_pool_nhwc.cpp framework/kernels/conv2d_bf16.cpp
     framework/kernels/conv2d.cpp framework/kernels/conv2d_onednn.cpp framework/kernels/column_sums.cpp
     framework/ops/conv_transpose.cpp framework/ops/recurrent.cpp framework/ops/index.cpp)

@@ -190,6 +190,16 @@ rc::Gen<Tensor> bn_input(DType dtype) {
   });
 }
 
+// The same with N*H*W >= 64 rows, so the channels-last passes take the row tiles (kernels/batch_norm_row_passes),
+// and C up to 40: chunks of 16 and 8 channels and single channels after them.
+rc::Gen<Tensor> bn_tile_input(DType dtype) {
+  return rc::gen::exec([=] {
+    const auto n = *rc::gen::inRange<std::int64_t>(1, 3), c = *rc::gen::inRange<std::int64_t>(2, 41);
+    const auto h = *rc::gen::inRange<std::int64_t>(8, 12), w = *rc::gen::inRange<std::int64_t>(8, 12);
+    return (*gen::tensor_of_shape({n, c, h, w})).to(dtype);
+  });
+}
+
 std::shared_ptr<nn::Module> bn_relu(std::int64_t channels, bool with_relu) {
   auto model = std::make_shared<nn::Sequential>();
   model->push_back(std::make_shared<nn::BatchNorm2d>(channels));
@@ -197,34 +207,59 @@ std::shared_ptr<nn::Module> bn_relu(std::int64_t channels, bool with_relu) {
   return model;
 }
 
+// BatchNorm2d (and a ReLU after it) on x in both formats, train then eval: values, gradients of x and the
+// parameters, and the running statistics agree to 1e-12 (float64) or 1e-5 (float32): the sums' order differs.
+void bn_formats_agree(const Tensor& x, bool with_relu) {
+  const DType dtype = x.dtype();
+  const double tol = dtype == DType::Float64 ? 1e-12 : 1e-5;
+  auto rows = bn_relu(x.size(1), with_relu);
+  rows->to(dtype);
+  auto cl = rows->clone();
+  for (const bool training : {true, false}) {
+    rows->train(training);
+    cl->train(training);
+    const Tensor xa = x.detach().requires_grad_(true), xb = x.contiguous(kCL).detach().requires_grad_(true);
+    const Tensor ya = rows->forward(xa), yb = cl->forward(xb);
+    RC_ASSERT(yb.is_contiguous(kCL));
+    TAPEGRAD_RC_ALLCLOSE(ya, yb, tol, tol);
+    const Tensor g = (*gen::tensor_of_shape(x.shape())).to(dtype);
+    std::vector<Tensor> pa{xa}, pb{xb};
+    for (const Tensor& t : rows->parameters()) pa.push_back(t);
+    for (const Tensor& t : cl->parameters()) pb.push_back(t);
+    const auto ga = autograd::grad({ya}, pa, {g}), gb = autograd::grad({yb}, pb, {g});
+    RC_ASSERT(gb[0].is_contiguous(kCL));
+    for (std::size_t i = 0; i < ga.size(); ++i) TAPEGRAD_RC_ALLCLOSE(ga[i], gb[i], tol, tol);
+    const auto sa = rows->state(), sb = cl->state();
+    for (std::size_t i = 0; i < sa.size(); ++i) TAPEGRAD_RC_ALLCLOSE(sa[i].second, sb[i].second, tol, tol);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("channels-last BatchNorm2d: the same values, gradients and running statistics, channels-last out") {
   rc::prop("train and eval, with and without a ReLU after it", [] {
     const DType dtype = *rc::gen::element(DType::Float32, DType::Float64);
-    const bool with_relu = *rc::gen::arbitrary<bool>();
-    const Tensor x = *bn_input(dtype);
-    const double tol = dtype == DType::Float64 ? 1e-12 : 1e-5;
-    auto rows = bn_relu(x.size(1), with_relu);
-    rows->to(dtype);
-    auto cl = rows->clone();
-    for (const bool training : {true, false}) {
-      rows->train(training);
-      cl->train(training);
-      const Tensor xa = x.detach().requires_grad_(true), xb = x.contiguous(kCL).detach().requires_grad_(true);
-      const Tensor ya = rows->forward(xa), yb = cl->forward(xb);
-      RC_ASSERT(yb.is_contiguous(kCL));
-      TAPEGRAD_RC_ALLCLOSE(ya, yb, tol, tol);
-      const Tensor g = (*gen::tensor_of_shape(x.shape())).to(dtype);
-      std::vector<Tensor> pa{xa}, pb{xb};
-      for (const Tensor& t : rows->parameters()) pa.push_back(t);
-      for (const Tensor& t : cl->parameters()) pb.push_back(t);
-      const auto ga = autograd::grad({ya}, pa, {g}), gb = autograd::grad({yb}, pb, {g});
-      RC_ASSERT(gb[0].is_contiguous(kCL));
-      for (std::size_t i = 0; i < ga.size(); ++i) TAPEGRAD_RC_ALLCLOSE(ga[i], gb[i], tol, tol);
-      const auto sa = rows->state(), sb = cl->state();
-      for (std::size_t i = 0; i < sa.size(); ++i) TAPEGRAD_RC_ALLCLOSE(sa[i].second, sb[i].second, tol, tol);
-    }
+    bn_formats_agree(*bn_input(dtype), *rc::gen::arbitrary<bool>());
+  });
+  rc::prop("the same on the row tiles: >= 64 rows, 2..40 channels", [] {
+    const DType dtype = *rc::gen::element(DType::Float32, DType::Float64);
+    bn_formats_agree(*bn_tile_input(dtype), *rc::gen::arbitrary<bool>());
+  });
+  rc::prop("float64 gradcheck of the train forward through the row tiles, with and without a ReLU", [] {
+    // Normal values from a generated seed: a channel's values are never all equal (a zero variance) and no
+    // normalised value sits at ReLU's kink, which shrinking towards equal values would find.
+    const auto c = *rc::gen::inRange<std::int64_t>(2, 20);
+    manual_seed(*rc::gen::arbitrary<std::uint32_t>());
+    const Tensor x = randn({1, c, 8, 8}).to(DType::Float64);
+    const Tensor weight = *gen::tensor_of_shape({c}), bias = *gen::tensor_of_shape({c});
+    TAPEGRAD_RC_GRADCHECK(([](const std::vector<Tensor>& v) {
+                            return batch_norm_train(v[0].contiguous(kCL), v[1], v[2], 1e-5).output;
+                          }),
+                          (std::vector<Tensor>{x, weight, bias}));
+    auto model = bn_relu(c, true);
+    model->to(DType::Float64);
+    TAPEGRAD_RC_GRADCHECK(([model](const std::vector<Tensor>& v) { return model->forward(v[0].contiguous(kCL)); }),
+                          (std::vector<Tensor>{x}));
   });
   rc::prop("float64 gradcheck, train and eval, through the [N*H*W, C] kernels", [] {
     const Tensor x = *bn_input(DType::Float64);
@@ -240,6 +275,32 @@ TEST_CASE("channels-last BatchNorm2d: the same values, gradients and running sta
                           }),
                           (std::vector<Tensor>{x, weight, bias}));
   });
+}
+
+TEST_CASE("channels-last BatchNorm2d on the row tiles with 2 threads: the row-major run's values") {
+  // Note: 8*24*16*16 elements, past the passes' threading threshold (32768), so the row ranges split over threads
+  // and the per-thread sums merge; 24 channels are a chunk of 16 and one of 8.
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  for (const DType dtype : {DType::Float32, DType::Float64}) {
+    for (const bool with_relu : {false, true}) {
+      const Tensor x = (randn({8, 24, 16, 16}) * 3.0 + 100.0).to(dtype);
+      INFO(dtype_name(dtype) << " relu " << with_relu);
+      auto rows = bn_relu(24, with_relu);
+      rows->to(dtype);
+      auto cl = rows->clone();
+      const Tensor xa = x.detach().requires_grad_(true), xb = x.contiguous(kCL).detach().requires_grad_(true);
+      const Tensor ya = rows->forward(xa), yb = cl->forward(xb);
+      const double tol = dtype == DType::Float64 ? 1e-12 : 1e-5;
+      CHECK(allclose(ya, yb, tol, tol).ok);
+      const Tensor g = randn(x.shape()).to(dtype);
+      const Tensor da = autograd::grad({ya}, {xa}, {g})[0], db = autograd::grad({yb}, {xb}, {g})[0];
+      CHECK(allclose(da, db, tol, tol).ok);
+      const auto sa = rows->state(), sb = cl->state();
+      for (std::size_t i = 0; i < sa.size(); ++i) CHECK(allclose(sa[i].second, sb[i].second, tol, tol).ok);
+    }
+  }
+  set_num_threads(threads);
 }
 
 TEST_CASE("channels-last BatchNorm2d keeps the buffer rules") {

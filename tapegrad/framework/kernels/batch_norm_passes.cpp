@@ -5,10 +5,11 @@
 // (conv feature maps) each thread owns whole channels and walks N contiguous runs of S values; a channel's
 // values are touched two or three times in a row while they are still in cache, so the data crosses memory
 // about once per direction. With S == 1 ([N, C] after a Linear) a channel's values are strided, so threads
-// own blocks of kBlock adjacent channels and walk rows, vectorizing across channels instead.
+// own blocks of kBlock adjacent channels and walk rows, vectorizing across channels instead; from
+// use_row_tiles()'s row count on (a channels-last map as [N*H*W, C], a big batch) batch_norm_row_passes.cpp's tiles.
 // Per-channel sums accumulate in double for both dtypes, and the variance is computed from deviations (from
-// the mean in two passes on the [N, C] path, from the channel's first value in one pass on the S > 1
-// path), so a large mean does not cancel the variance away.
+// the mean in two passes on the few-row [N, C] path, from the channel's first value in one pass on the others),
+// so a large mean does not cancel the variance away.
 #include <tapegrad/framework/kernels/batch_norm_passes.h>
 
 #include <omp.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include <tapegrad/framework/detail/parallel_loop.h>
+#include <tapegrad/framework/kernels/batch_norm_row_passes.h>
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
 
 namespace tapegrad::kernels {
@@ -368,6 +370,7 @@ void grad_sums_sweep(const T* pg, const T* px, const Layout& l, const Doubles& m
 template <class T>
 void batch_norm_train_forward(const T* px, const Layout& l, const Doubles& weight, const Doubles& bias, double eps,
                               T* py, Doubles& mean, Doubles& var_sum, Doubles& invstd, bool relu) {
+  if (use_row_tiles(l)) return rows_train_forward(px, l, weight, bias, eps, py, mean, var_sum, invstd, relu);
   if (use_sweep<T>(l)) return train_forward_sweep(px, l, weight, bias, eps, py, mean, var_sum, invstd, relu);
   const double count = static_cast<double>(l.per_channel());
   auto finish = [&](std::int64_t c) { invstd[c] = 1.0 / std::sqrt(var_sum[c] / count + eps); };
@@ -397,6 +400,7 @@ void batch_norm_affine(const T* ps, const Layout& l, const Doubles& shift, const
                        T* po, bool relu) {
   std::vector<T> t_shift(shift.begin(), shift.end()), t_scale(scale.begin(), scale.end()),
       t_offset(offset.begin(), offset.end());
+  if (use_row_tiles(l)) return rows_affine(ps, l, t_shift.data(), t_scale.data(), t_offset.data(), po, relu);
   // Note: one elementwise pass and no reduction, so memory order wins at every size.
   if (l.s > 1 && l.n > 1) {
     return affine_sweep(ps, l, t_shift, t_scale, t_offset, po, relu);
@@ -422,6 +426,7 @@ void batch_norm_affine(const T* ps, const Layout& l, const Doubles& shift, const
 template <class T>
 void batch_norm_grad_sums(const T* pg, const T* px, const Layout& l, const Doubles& mean, Doubles& sum_g,
                           Doubles& sum_gxc) {
+  if (use_row_tiles(l)) return rows_grad_sums(pg, px, l, mean, TileMask<T>{}, sum_g, sum_gxc);
   if (use_sweep<T>(l)) return grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc);
   for_channels(
       l, [&](std::int64_t c) { grad_sums_channel(pg, px, l, c, mean[c], sum_g[c], sum_gxc[c]); },
@@ -441,6 +446,11 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
   std::optional<ReluMask<T>> relu_mask;
   if (relu_bias) relu_mask.emplace(mean, invstd, weight, *relu_bias);
   const ReluMask<T>* mask = relu_mask ? &*relu_mask : nullptr;
+  if (use_row_tiles(l)) {
+    const TileMask<T> tile_mask = mask ? TileMask<T>{mask->shift.data(), mask->scale.data(), mask->offset.data()}
+                                       : TileMask<T>{};
+    return rows_train_backward(pg, px, l, weight, mean, invstd, pdx, sum_g, sum_gxc, tile_mask);
+  }
   if (use_sweep<T>(l)) {
     grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc, mask);
     if (!want_dx) return;

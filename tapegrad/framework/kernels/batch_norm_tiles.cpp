@@ -1,0 +1,288 @@
+// BatchNorm's tile loops (batch_norm_tiles.h): a chunk of channels at a time, its accumulators and coefficients
+// in registers across all the tile's rows. The chunks are GCC vectors of 8 lanes (one AVX-512 register of
+// doubles, two AVX2 ones, four SSE ones), inlined into each dispatched clone.
+//
+// Note: this file is compiled with -ffp-contract=off (cmake/library.cmake), like batch_norm_runs.cpp: the
+// affine map and ReLU's recomputed input round every operation once, so the fused BatchNorm+ReLU backward
+// sees the forward's bits in every clone.
+#include <tapegrad/framework/kernels/batch_norm_tiles.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include <tapegrad/framework/kernels/dispatch.h>
+
+namespace tapegrad::kernels {
+
+namespace {
+
+#if defined(__clang__)
+// Note: every vector helper here is inlined into its caller, so the baseline-ABI change clang warns about for
+// 32/64-byte vectors without AVX (-Wpsabi) never reaches a call boundary.
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
+
+constexpr std::int64_t kLanes = 8;
+
+template <class T>
+struct Vec;
+template <>
+struct Vec<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct Vec<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+typedef double Wide __attribute__((vector_size(64)));
+
+// Note: vectors go through references, never return values (GCC's -Wpsabi for the baseline clone), and
+// memcpy, which compiles to one unaligned load or store.
+template <class V, class E>
+[[gnu::always_inline]] inline void load(V& v, const E* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+template <class V, class E>
+[[gnu::always_inline]] inline void store(E* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <class V>
+[[gnu::always_inline]] inline void widen(Wide& w, const V& v) {
+  w = __builtin_convertvector(v, Wide);
+}
+
+// vector(K, c) for chunks of K * 8 channels (K = 2, then one K = 1), scalar(c) for the last width % 8.
+template <class Vector, class Scalar>
+[[gnu::always_inline]] inline void over_chunks(std::int64_t width, Vector vector, Scalar scalar) {
+  std::int64_t c = 0;
+  for (; c + 2 * kLanes <= width; c += 2 * kLanes) vector(std::integral_constant<int, 2>{}, c);
+  if (c + kLanes <= width) {
+    vector(std::integral_constant<int, 1>{}, c);
+    c += kLanes;
+  }
+  for (; c < width; ++c) scalar(c);
+}
+
+// ReLU's rules, as batch_norm_runs.cpp's maybe_relu and relu_gradient: v <= 0 gives 0, a NaN stays.
+template <class V>
+[[gnu::always_inline]] inline void relu_in_place(V& v) {
+  const V zero = {};
+  v = v <= zero ? zero : v;
+}
+template <class V>
+[[gnu::always_inline]] inline void mask_in_place(V& g, const V& x, const V& shift, const V& scale, const V& offset) {
+  const V zero = {};
+  g = (x - shift) * scale + offset <= zero ? zero : g;
+}
+template <class T>
+[[gnu::always_inline]] inline T masked(T g, T x, T shift, T scale, T offset) {
+  return (x - shift) * scale + offset <= T(0) ? T(0) : g;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void moments_body(const T* x, std::int64_t rows, std::int64_t width,
+                                                const double* shift, double* sum, double* squares) {
+  using V = typename Vec<T>::type;
+  over_chunks(
+      width,
+      [&](auto k_chunks, std::int64_t c0) {
+        constexpr int K = decltype(k_chunks)::value;
+        Wide s[K], a[K], q[K];
+        for (int k = 0; k < K; ++k) {
+          load(s[k], shift + c0 + k * kLanes);
+          a[k] = Wide{};
+          q[k] = Wide{};
+        }
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (int k = 0; k < K; ++k) {
+            V v;
+            Wide d;
+            load(v, x + r * width + c0 + k * kLanes);
+            widen(d, v);
+            d -= s[k];
+            a[k] += d;
+            q[k] += d * d;
+          }
+        for (int k = 0; k < K; ++k) {
+          Wide t;
+          load(t, sum + c0 + k * kLanes);
+          store(sum + c0 + k * kLanes, t + a[k]);
+          load(t, squares + c0 + k * kLanes);
+          store(squares + c0 + k * kLanes, t + q[k]);
+        }
+      },
+      [&](std::int64_t c) {
+        double a = 0, q = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const double d = static_cast<double>(x[r * width + c]) - shift[c];
+          a += d;
+          q += d * d;
+        }
+        sum[c] += a;
+        squares[c] += q;
+      });
+}
+
+template <bool Relu, class T>
+[[gnu::always_inline]] inline void affine_body(const T* p, T* q, std::int64_t rows, std::int64_t width, const T* shift,
+                                               const T* scale, const T* offset) {
+  using V = typename Vec<T>::type;
+  over_chunks(
+      width,
+      [&](auto k_chunks, std::int64_t c0) {
+        constexpr int K = decltype(k_chunks)::value;
+        V s[K], m[K], o[K];
+        for (int k = 0; k < K; ++k) {
+          load(s[k], shift + c0 + k * kLanes);
+          load(m[k], scale + c0 + k * kLanes);
+          load(o[k], offset + c0 + k * kLanes);
+        }
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (int k = 0; k < K; ++k) {
+            V v;
+            load(v, p + r * width + c0 + k * kLanes);
+            v = (v - s[k]) * m[k] + o[k];
+            if constexpr (Relu) relu_in_place(v);
+            store(q + r * width + c0 + k * kLanes, v);
+          }
+      },
+      [&](std::int64_t c) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const T v = (p[r * width + c] - shift[c]) * scale[c] + offset[c];
+          q[r * width + c] = Relu && v <= T(0) ? T(0) : v;
+        }
+      });
+}
+
+template <bool Relu, class T>
+[[gnu::always_inline]] inline void grad_sums_body(const T* g, const T* x, std::int64_t rows, std::int64_t width,
+                                                  const double* mean, const TileMask<T>& mask, double* sum_g,
+                                                  double* sum_gxc) {
+  using V = typename Vec<T>::type;
+  over_chunks(
+      width,
+      [&](auto k_chunks, std::int64_t c0) {
+        constexpr int K = decltype(k_chunks)::value;
+        Wide mu[K], a[K], b[K];
+        V ms[K], mm[K], mo[K];
+        for (int k = 0; k < K; ++k) {
+          load(mu[k], mean + c0 + k * kLanes);
+          a[k] = Wide{};
+          b[k] = Wide{};
+          if constexpr (Relu) {
+            load(ms[k], mask.shift + c0 + k * kLanes);
+            load(mm[k], mask.scale + c0 + k * kLanes);
+            load(mo[k], mask.offset + c0 + k * kLanes);
+          }
+        }
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (int k = 0; k < K; ++k) {
+            V gv, xv;
+            load(gv, g + r * width + c0 + k * kLanes);
+            load(xv, x + r * width + c0 + k * kLanes);
+            if constexpr (Relu) mask_in_place(gv, xv, ms[k], mm[k], mo[k]);
+            Wide gw, xw;
+            widen(gw, gv);
+            widen(xw, xv);
+            a[k] += gw;
+            b[k] += gw * (xw - mu[k]);
+          }
+        for (int k = 0; k < K; ++k) {
+          Wide t;
+          load(t, sum_g + c0 + k * kLanes);
+          store(sum_g + c0 + k * kLanes, t + a[k]);
+          load(t, sum_gxc + c0 + k * kLanes);
+          store(sum_gxc + c0 + k * kLanes, t + b[k]);
+        }
+      },
+      [&](std::int64_t c) {
+        double a = 0, b = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          T gv = g[r * width + c];
+          const T xv = x[r * width + c];
+          if constexpr (Relu) gv = masked(gv, xv, mask.shift[c], mask.scale[c], mask.offset[c]);
+          a += static_cast<double>(gv);
+          b += static_cast<double>(gv) * (static_cast<double>(xv) - mean[c]);
+        }
+        sum_g[c] += a;
+        sum_gxc[c] += b;
+      });
+}
+
+template <bool Relu, class T>
+[[gnu::always_inline]] inline void grad_input_body(const T* g, const T* x, T* dx, std::int64_t rows,
+                                                   std::int64_t width, const T* mean, const T* a, const T* b,
+                                                   const T* d, const TileMask<T>& mask) {
+  using V = typename Vec<T>::type;
+  over_chunks(
+      width,
+      [&](auto k_chunks, std::int64_t c0) {
+        constexpr int K = decltype(k_chunks)::value;
+        V mu[K], va[K], vb[K], vd[K], mm[K], mo[K];
+        for (int k = 0; k < K; ++k) {
+          load(mu[k], mean + c0 + k * kLanes);
+          load(va[k], a + c0 + k * kLanes);
+          load(vb[k], b + c0 + k * kLanes);
+          load(vd[k], d + c0 + k * kLanes);
+          if constexpr (Relu) {
+            load(mm[k], mask.scale + c0 + k * kLanes);
+            load(mo[k], mask.offset + c0 + k * kLanes);
+          }
+        }
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (int k = 0; k < K; ++k) {
+            V gv, xv;
+            load(gv, g + r * width + c0 + k * kLanes);
+            load(xv, x + r * width + c0 + k * kLanes);
+            if constexpr (Relu) mask_in_place(gv, xv, mu[k], mm[k], mo[k]);
+            store(dx + r * width + c0 + k * kLanes, va[k] * gv + vb[k] * (xv - mu[k]) + vd[k]);
+          }
+      },
+      [&](std::int64_t c) {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          T gv = g[r * width + c];
+          const T xv = x[r * width + c];
+          if constexpr (Relu) gv = masked(gv, xv, mean[c], mask.scale[c], mask.offset[c]);
+          dx[r * width + c] = a[c] * gv + b[c] * (xv - mean[c]) + d[c];
+        }
+      });
+}
+
+}  // namespace
+
+// One dispatched definition per element type; the macro keeps the two copies from drifting apart.
+#define TAPEGRAD_BATCH_NORM_TILES(T)                                                                              \
+  TAPEGRAD_DISPATCH void tile_moments(const T* x, std::int64_t rows, std::int64_t width, const double* shift,     \
+                                      double* sum, double* squares) {                                             \
+    moments_body(x, rows, width, shift, sum, squares);                                                            \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void tile_affine(const T* p, T* q, std::int64_t rows, std::int64_t width, const T* shift,      \
+                                     const T* scale, const T* offset, bool relu) {                                \
+    if (relu)                                                                                                     \
+      affine_body<true>(p, q, rows, width, shift, scale, offset);                                                 \
+    else                                                                                                          \
+      affine_body<false>(p, q, rows, width, shift, scale, offset);                                                \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void tile_grad_sums(const T* g, const T* x, std::int64_t rows, std::int64_t width,             \
+                                        const double* mean, const TileMask<T>& mask, double* sum_g,                \
+                                        double* sum_gxc) {                                                        \
+    if (mask.scale)                                                                                               \
+      grad_sums_body<true>(g, x, rows, width, mean, mask, sum_g, sum_gxc);                                        \
+    else                                                                                                          \
+      grad_sums_body<false>(g, x, rows, width, mean, mask, sum_g, sum_gxc);                                       \
+  }                                                                                                               \
+  TAPEGRAD_DISPATCH void tile_grad_input(const T* g, const T* x, T* dx, std::int64_t rows, std::int64_t width,     \
+                                         const T* mean, const T* a, const T* b, const T* d,                       \
+                                         const TileMask<T>& mask) {                                               \
+    if (mask.scale)                                                                                               \
+      grad_input_body<true>(g, x, dx, rows, width, mean, a, b, d, mask);                                          \
+    else                                                                                                          \
+      grad_input_body<false>(g, x, dx, rows, width, mean, a, b, d, mask);                                         \
+  }
+
+TAPEGRAD_BATCH_NORM_TILES(float)
+TAPEGRAD_BATCH_NORM_TILES(double)
+
+#undef TAPEGRAD_BATCH_NORM_TILES
+
+}  // namespace tapegrad::kernels
