@@ -140,6 +140,9 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   x.check_defined("masked_fill");
   mask.check_defined("masked_fill");
+  if (x.dtype() == DType::BFloat16)
+    fail("masked_fill: bfloat16 is not supported by this op: convert with .to(DType::Float32) (shape {})",
+         shape_string(x.shape()));
   if (broadcast_shapes(x.shape(), mask.shape(), "masked_fill") != x.shape())
     fail("masked_fill: mask of shape {} does not broadcast to the input's shape {}", shape_string(mask.shape()),
          shape_string(x.shape()));

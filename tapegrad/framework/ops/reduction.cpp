@@ -126,7 +126,8 @@ Tensor broadcast_to(const Tensor& x_in, const Shape& shape) {
   if (broadcast_shapes(x.shape(), shape, "broadcast_to") != shape)
     fail("broadcast_to: shape {} cannot be broadcast to {}", shape_string(x.shape()), shape_string(shape));
   Tensor out = empty(shape, x.dtype());
-  detail::dispatch_all(x.dtype(), [&](auto tag) {
+  // Note: only copies elements, so bfloat16 too (as expand().contiguous()).
+  detail::dispatch_moves(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     detail::broadcast_binary(x.data<T>(), x.shape(), x.data<T>(), x.shape(), out.data<T>(), shape,
                              [](T v, T) { return v; });

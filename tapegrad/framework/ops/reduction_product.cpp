@@ -78,6 +78,10 @@ Tensor product_of_others(const Tensor& x_in, const detail::ReducePlan& plan) {
 }
 
 Tensor prod_over(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+  // Note: refused here, by name; product_kernel's dtype dispatch would refuse without naming the op.
+  if (x.defined() && x.dtype() == DType::BFloat16)
+    fail("prod: bfloat16 is not supported by this op: convert with .to(DType::Float32) (shape {})",
+         shape_string(x.shape()));
   const detail::ReducePlan plan = detail::plan_reduction(x.shape(), dims, "prod");
   Tensor out = product_kernel(x, plan, keepdim);
   if (!is_floating(x.dtype())) return out;
