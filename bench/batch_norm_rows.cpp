@@ -86,11 +86,20 @@ void bn_case(const char* name, std::int64_t rows_n, std::int64_t c, std::int64_t
                                              kernels::set_row_tiles_min_rows(tiles_from);
                                              step(rows, relu);
                                            }};
-    if (s > 1) fns.push_back([&] { step(nchw, relu); });
+    if (s > 1) {
+      fns.push_back([&] { step(nchw, relu); });
+      // The forward alone, tiles against NCHW: which half the difference is in.
+      fns.push_back([&] {
+        kernels::batch_norm_train_forward(x.data(), rows, weight, bias, 1e-5, y.data(), mean, var_sum, invstd, relu);
+      });
+      fns.push_back([&] {
+        kernels::batch_norm_train_forward(x.data(), nchw, weight, bias, 1e-5, y.data(), mean, var_sum, invstd, relu);
+      });
+    }
     const std::vector<double> ms = interleaved(fns, rounds, calls);
     std::printf("bn %-22s relu=%d  per-row %.3f ms  tiles %.3f ms  speedup %.2fx", name, relu, ms[0], ms[1],
                 ms[0] / ms[1]);
-    if (s > 1) std::printf("  nchw %.3f ms", ms[2]);
+    if (s > 1) std::printf("  nchw %.3f ms  (forward: tiles %.3f, nchw %.3f)", ms[2], ms[3], ms[4]);
     std::printf("\n");
   }
   kernels::set_row_tiles_min_rows(tiles_from);
