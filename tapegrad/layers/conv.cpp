@@ -50,12 +50,26 @@ Tensor Conv2d::forward(const Tensor& input) {
     fail("Conv2d: input is {} but the layer's parameters are {} (convert one with .to())", dtype_name(input.dtype()),
          dtype_name(weight.dtype()));
   const auto& o = options_;
-  // Note: after to(MemoryFormat::ChannelsLast) the op gets a channels-last copy of the weight (differentiable,
-  // small), so the convolution runs and returns channels-last as PyTorch's converted module does, while the
-  // parameter itself stays row-major for the optimizers and checkpoints.
-  const bool channels_last = memory_format() == MemoryFormat::ChannelsLast;
-  const Tensor w = channels_last ? weight.contiguous(MemoryFormat::ChannelsLast) : weight;
-  return conv2d(input, w, bias, o.stride, o.padding, o.dilation, o.groups);
+  auto run = [&](const Tensor& x, const Tensor& w) {
+    return conv2d(x, w, bias, o.stride, o.padding, o.dilation, o.groups);
+  };
+  if (memory_format() != MemoryFormat::ChannelsLast) return run(input, weight);
+  // After to(MemoryFormat::ChannelsLast) the op is handed the weight's channels-last copy, so the convolution
+  // runs and returns channels-last as PyTorch's converted module does, while the parameter itself stays
+  // row-major for the optimizers and checkpoints. A weight that is both formats at once (one input channel, or
+  // a 1x1 kernel) is its own copy, so it keeps its row-major strides and the input alone decides (as in
+  // libtorch after p.contiguous(ChannelsLast)).
+  if (weight.is_contiguous(MemoryFormat::ChannelsLast)) return run(input, weight);
+  // Note: conv2d reorders the weight into oneDNN's layout from a row-major copy, so the channels-last copy
+  // would be made in every forward only to be copied back. When the input suggests channels-last (every layer
+  // after the first), or does once converted (the copy conv2d would make itself), it decides the format alone
+  // and the row-major weight goes in as is: same values, same output format, no weight copies.
+  if (input.dim() == 4) {
+    if (input.suggest_memory_format() == MemoryFormat::ChannelsLast) return run(input, weight);
+    const Tensor x = input.contiguous(MemoryFormat::ChannelsLast);
+    if (x.suggest_memory_format() == MemoryFormat::ChannelsLast) return run(x, weight);
+  }
+  return run(input, weight.contiguous(MemoryFormat::ChannelsLast));
 }
 
 std::string Conv2d::extra_repr() const {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <unordered_map>
@@ -65,6 +66,15 @@ bool storage_is_unshared(const Tensor& g) {
   return g.impl().use_count() == 1 && g.impl()->storage.use_count() == 1;
 }
 
+// A copy of the dense gradient `g` in its own format. Note: clone() would give a row-major copy of a
+// channels-last g, and a channels-last leaf's .grad must stay channels-last (see deposit).
+Tensor copy_dense(const Tensor& g) {
+  const MemoryFormat format = detail::dense_format(g);
+  Tensor out = empty(g.shape(), g.dtype(), format);
+  std::memcpy(out.raw_data(format), g.raw_data(format), static_cast<std::size_t>(g.numel()) * element_size(g.dtype()));
+  return out;
+}
+
 // Note: the tape adds gradients itself rather than calling the add op, so autograd needs nothing from ops, the
 // level above it. By BackwardFn's contract a gradient has its tensor's shape and dtype, so the sum is the add
 // op's same-shape case; under create_graph it is recorded as "add" (each term receives the incoming gradient),
@@ -78,8 +88,20 @@ Tensor add_gradients(const Tensor& existing, const Tensor& incoming) {
   // Note: the sum takes the format of the gradient so far (a leaf's: its own, see deposit); an incoming one in
   // the other format (a row-major op's gradient reaching a channels-last tensor) is converted first.
   const MemoryFormat format = detail::dense_format(existing);
-  const Tensor so_far = detail::values_in_format(existing, format);
   const Tensor in_format = detail::values_in_format(incoming, format);
+  // Outside create_graph, a sum that nothing else can see (its tensor and storage held by this gradient alone:
+  // not a .grad the caller kept, not another tensor's gradient) is added to in place, as PyTorch's InputBuffer
+  // and AccumulateGrad do: no fresh buffer (and its page faults) at every join of a residual network.
+  if (!is_grad_enabled() && storage_is_unshared(existing) && existing.is_contiguous(format)) {
+    detail::dispatch_floating(existing.dtype(), "add", [&](auto tag) {
+      using T = decltype(tag);
+      T* a = const_cast<Tensor&>(existing).data<T>(format);
+      const T* b = in_format.data<T>(format);
+      for (std::int64_t i = 0, n = existing.numel(); i < n; ++i) a[i] += b[i];
+    });
+    return existing;
+  }
+  const Tensor so_far = detail::values_in_format(existing, format);
   Tensor sum = empty(existing.shape(), existing.dtype(), format);
   detail::dispatch_floating(existing.dtype(), "add", [&](auto tag) {
     using T = decltype(tag);
@@ -121,7 +143,7 @@ void deposit(AutogradMeta& meta, Tensor gradient, Mode mode, bool create_graph) 
     // A fresh tensor can become .grad as is; one shared with another gradient must be copied, or an
     // in-place update of one parameter's .grad (clipping) would change another's.
     if (!meta.grad.defined())
-      meta.grad = (create_graph || storage_is_unshared(gradient)) ? gradient : gradient.detach().clone();
+      meta.grad = (create_graph || storage_is_unshared(gradient)) ? gradient : copy_dense(gradient.detach());
     else
       meta.grad = add_gradients(meta.grad, gradient);
     return;

@@ -49,6 +49,12 @@ Tensor binary_kernel(const Tensor& a, const Tensor& b, const char* op, F f) {
   return out;
 }
 
+// An operand's share of a broadcast op's gradient: g summed over the dims broadcasting added.
+// Note: an operand of the output's shape takes g as is, in g's format: sum_to would hand back a row-major copy of
+// a channels-last g, which the next backward (BatchNorm's, relu's, a residual join's) would convert back. PyTorch
+// passes the gradient through here too.
+Tensor reduce_to(const Tensor& g, const Shape& shape) { return g.shape() == shape ? g : sum_to(g, shape); }
+
 std::vector<Tensor> grads(Tensor a, Tensor b = Tensor()) {
   std::vector<Tensor> result{std::move(a)};
   if (b.defined()) result.push_back(std::move(b));
@@ -68,7 +74,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_kernel(a, b, "add", [](auto x, auto y) { return x + y; });
   return record_if_needed("add", out, {a, b}, [sa = a.shape(), sb = b.shape()] {
     return [sa, sb](const Tensor& g, NeedsGrad needs) {
-      return std::vector<Tensor>{needs[0] ? sum_to(g, sa) : Tensor(), needs[1] ? sum_to(g, sb) : Tensor()};
+      return std::vector<Tensor>{needs[0] ? reduce_to(g, sa) : Tensor(), needs[1] ? reduce_to(g, sb) : Tensor()};
     };
   });
 }
@@ -77,7 +83,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_kernel(a, b, "sub", [](auto x, auto y) { return x - y; });
   return record_if_needed("sub", out, {a, b}, [sa = a.shape(), sb = b.shape()] {
     return [sa, sb](const Tensor& g, NeedsGrad needs) {
-      return std::vector<Tensor>{needs[0] ? sum_to(g, sa) : Tensor(), needs[1] ? sum_to(neg(g), sb) : Tensor()};
+      return std::vector<Tensor>{needs[0] ? reduce_to(g, sa) : Tensor(),
+                                 needs[1] ? reduce_to(neg(g), sb) : Tensor()};
     };
   });
 }
@@ -88,8 +95,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     return [sa = SavedTensor(a, "mul"), sb = SavedTensor(b, "mul")](const Tensor& g, NeedsGrad needs) {
       const Tensor& x = sa.get();
       const Tensor& y = sb.get();
-      return std::vector<Tensor>{needs[0] ? sum_to(mul(g, y), x.shape()) : Tensor(),
-                                 needs[1] ? sum_to(mul(g, x), y.shape()) : Tensor()};
+      return std::vector<Tensor>{needs[0] ? reduce_to(mul(g, y), x.shape()) : Tensor(),
+                                 needs[1] ? reduce_to(mul(g, x), y.shape()) : Tensor()};
     };
   });
 }
@@ -101,8 +108,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
       const Tensor& x = sa.get();
       const Tensor& y = sb.get();
       Tensor ga, gb;
-      if (needs[0]) ga = sum_to(div(g, y), x.shape());
-      if (needs[1]) gb = sum_to(neg(div(mul(g, x), mul(y, y))), y.shape());  // d(x/y)/dy = -x/y^2
+      if (needs[0]) ga = reduce_to(div(g, y), x.shape());
+      if (needs[1]) gb = reduce_to(neg(div(mul(g, x), mul(y, y))), y.shape());  // d(x/y)/dy = -x/y^2
       return std::vector<Tensor>{ga, gb};
     };
   });
