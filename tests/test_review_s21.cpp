@@ -485,3 +485,46 @@ TEST_CASE("bfloat16: contiguous(ChannelsLast), index_add and scatter_add refuse 
   CHECK_THAT(error_text([&] { (void)scatter_add(x, 0, zeros_like(x).to(DType::Int64), x); }),
              Catch::StartsWith("scatter_add"));
 }
+
+TEST_CASE("review: unary ops, their in-place forms and gradients on channels-last views") {
+  for (int layout = 1; layout <= 4; ++layout) {
+    CAPTURE(layout);
+    const Tensor v = ramp({2, 3, 4, 5}, DType::Float64);
+    const Tensor x = in_layout(v, layout);
+    CHECK(allclose(relu(x), relu(v)));
+    CHECK(allclose(sigmoid(x), sigmoid(v)));
+    CHECK(allclose(exp(x), exp(v)));
+    CHECK(allclose(x.mul(2.5).add(1.0), v.mul(2.5).add(1.0)));
+    Tensor y = in_layout(v, layout);
+    y.relu_();
+    CHECK(allclose(y, relu(v)));
+    y.clamp_(0.1, 0.5);
+    CHECK(allclose(y, clamp(relu(v), 0.1, 0.5)));
+    const auto f = [layout](const std::vector<Tensor>& in) {
+      const Tensor a =
+          layout == 1 ? in[0].contiguous(kCL) : in[0].permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+      return sigmoid(a).mul(a).add(relu(a).pow(2.0));
+    };
+    const GradcheckResult r = gradcheck(f, {v});
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("review: an in-place op on a view of a channels-last tensor rebases the base's gradient") {
+  for (int layout = 1; layout <= 4; ++layout) {
+    CAPTURE(layout);
+    const Tensor x = ramp({2, 3, 4, 5}).requires_grad_(true);
+    const Tensor xv = ramp({2, 3, 4, 5}).requires_grad_(true);
+    Tensor h = layout == 1 ? x.mul(1.0).contiguous(kCL) : in_layout(x.detach(), layout).mul(0.0).add(x);
+    Tensor hv = xv.mul(1.0);
+    h.narrow(1, 0, 2).mul_(h.narrow(1, 1, 2).detach().clone());
+    hv.narrow(1, 0, 2).mul_(hv.narrow(1, 1, 2).detach().clone());
+    h.narrow(3, 1, 3).relu_();
+    hv.narrow(3, 1, 3).relu_();
+    CHECK(allclose(h, hv));
+    h.pow(2.0).sum().backward();
+    hv.pow(2.0).sum().backward();
+    CHECK(allclose(x.grad(), xv.grad(), 1e-6, 1e-6));
+  }
+}
