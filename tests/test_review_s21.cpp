@@ -141,6 +141,12 @@ TEST_CASE("review: autocast gradients for every subset of inputs requiring grad"
       {[](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); }, {ramp({5, 3}), ramp({4, 3}), ramp({4})}},
       {[](const std::vector<Tensor>& v) { return matmul(v[0], v[1]).add(v[2]); },
        {ramp({2, 5, 3}), ramp({3, 4}), ramp({4})}},
+      {[](const std::vector<Tensor>& v) { return matmul(v[0], v[1]).add(v[2]); },
+       {ramp({1, 5, 3}), ramp({2, 3, 4}), ramp({4})}},
+      {[](const std::vector<Tensor>& v) { return matmul(v[0], v[1]).add(v[2]); },
+       {ramp({3}), ramp({2, 3, 4}), ramp({4})}},
+      {[](const std::vector<Tensor>& v) { return matmul(v[0], v[1]).add(v[2]); },
+       {ramp({2, 5, 3}).transpose(1, 2).contiguous().transpose(1, 2), ramp({4, 3}).t(), ramp({4})}},
   };
   for (std::size_t which = 0; which < cases.size(); ++which)
     for (int mask = 1; mask < 8; ++mask) {
@@ -526,5 +532,19 @@ TEST_CASE("review: an in-place op on a view of a channels-last tensor rebases th
     h.pow(2.0).sum().backward();
     hv.pow(2.0).sum().backward();
     CHECK(allclose(x.grad(), xv.grad(), 1e-6, 1e-6));
+  }
+}
+
+TEST_CASE("review: a refused BatchNorm2d training step leaves the running statistics untouched") {
+  nn::BatchNorm2d bn(3);
+  const auto before = bn.state();
+  std::vector<std::vector<double>> saved;
+  for (const auto& [name, t] : before) saved.push_back(t.to_vector());
+  CHECK_THROWS_WITH(bn.forward(ramp({1, 3, 1, 1}).contiguous(kCL)), Catch::Contains("more than 1 value per channel"));
+  CHECK_THROWS(bn.forward(ramp({2, 4, 3, 3}).contiguous(kCL)));  // wrong channel count
+  const auto after = bn.state();
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    CAPTURE(after[i].first);
+    CHECK(after[i].second.to_vector() == saved[i]);
   }
 }
