@@ -130,14 +130,27 @@ TEST_CASE("review: autocast gradients for every subset of inputs requiring grad"
   const std::vector<std::pair<Op, std::vector<Tensor>>> cases{
       {[](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 1, 1, 1, 1); },
        {ramp({2, 3, 6, 6}), ramp({4, 3, 3, 3}), ramp({4})}},
-      {[](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 2, 1, 2, 1); },
-       {ramp({2, 3, 7, 7}).contiguous(kCL), ramp({4, 3, 3, 3}), ramp({4})}},
+      // Note: the layouts are made inside the op (differentiably), since the leaves are row-major clones.
+      {[](const std::vector<Tensor>& v) { return conv2d(v[0].contiguous(kCL), v[1], v[2], 2, 1, 2, 1); },
+       {ramp({2, 3, 7, 7}), ramp({4, 3, 3, 3}), ramp({4})}},
+      {[](const std::vector<Tensor>& v) {  // a channels-last batch slice: dense NHWC at a storage offset
+         const Tensor x = cat({zeros_like(v[0]), v[0]}, 0).contiguous(kCL).narrow(0, v[0].size(0), v[0].size(0));
+         return conv2d(x, v[1], v[2], 1, 1, 1, 1);
+       },
+       {ramp({2, 3, 7, 7}), ramp({4, 3, 3, 3}), ramp({4})}},
+      {[](const std::vector<Tensor>& v) {  // a channels-last channel slice: not dense
+         const Tensor x = cat({v[0], zeros_like(v[0])}, 1).contiguous(kCL).narrow(1, 0, v[0].size(1));
+         return conv2d(x, v[1], v[2], 1, 0, 1, 1);
+       },
+       {ramp({2, 3, 7, 7}), ramp({4, 3, 3, 3}), ramp({4})}},
+      {[](const std::vector<Tensor>& v) { return conv2d(v[0], v[1].contiguous(kCL), v[2], 1, 1, 1, 1); },
+       {ramp({2, 3, 7, 7}), ramp({4, 3, 3, 3}), ramp({4})}},
       {[](const std::vector<Tensor>& v) { return conv2d(v[0], v[1], v[2], 1, 1, 1, 3); },
        {ramp({2, 3, 7, 7}), ramp({6, 1, 3, 3}), ramp({6})}},
       {[](const std::vector<Tensor>& v) {
-         return conv2d(v[0], v[1], v[2], {2, 1}, {0, 2}, {1, 2}, 2);
+         return conv2d(v[0].contiguous(kCL), v[1], v[2], {2, 1}, {0, 2}, {1, 2}, 2);
        },
-       {ramp({3, 4, 8, 9}).contiguous(kCL), ramp({6, 2, 2, 3}), ramp({6})}},
+       {ramp({3, 4, 8, 9}), ramp({6, 2, 2, 3}), ramp({6})}},
       {[](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); }, {ramp({5, 3}), ramp({4, 3}), ramp({4})}},
       {[](const std::vector<Tensor>& v) { return matmul(v[0], v[1]).add(v[2]); },
        {ramp({2, 5, 3}), ramp({3, 4}), ramp({4})}},
@@ -547,4 +560,17 @@ TEST_CASE("review: a refused BatchNorm2d training step leaves the running statis
     CAPTURE(after[i].first);
     CHECK(after[i].second.to_vector() == saved[i]);
   }
+}
+
+TEST_CASE("review: autocast conv2d keeps the float32 op's output format (torch 1.13: channels-last)") {
+  const Tensor x = ramp({2, 3, 6, 6}).contiguous(kCL).requires_grad_(true), w = ramp({4, 3, 3, 3});
+  Tensor y;
+  {
+    AutocastGuard guard;
+    y = conv2d(x, w, Tensor(), 1, 1, 1, 1);
+  }
+  CHECK(y.dtype() == DType::Float32);
+  CHECK(y.is_contiguous(kCL));
+  y.backward(ramp(y.shape()));
+  CHECK(x.grad().is_contiguous(kCL));
 }
