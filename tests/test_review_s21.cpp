@@ -272,16 +272,16 @@ TEST_CASE("review: gradients of broadcast binary ops with channels-last operands
 }
 
 // Defect (open; optim/ belongs to another helper this session). The tape gives a channels-last leaf a channels-last
-// .grad (autograd/tape.cpp, PyTorch's layout contract), but SGD, Adam (and RMSprop) and clip_grad_norm_ read
-// param, grad and state through row-major data<T>(), which throws "data: ... non-contiguous view ... Call
-// contiguous() first" naming neither the optimizer nor the parameter. PyTorch steps channels-last parameters
-// (libtorch's model converted with .contiguous(channels_last), as bench/compare_torch.cpp does). Proposed fix:
-// the updates are elementwise over dense buffers, so create the state with empty_like(p, Preserve) / zeros_like
-// (which keep channels-last) and read p, grad (grad.contiguous(p's format)) and state with data<T>(format) where
-// format = detail::dense_format(p).
+// .grad (autograd/tape.cpp, PyTorch's layout contract), but SGD, Adam, RMSprop, clip_grad_norm_ and
+// clip_grad_value_ read param, grad and state through row-major data<T>(), which throws "data: ... non-contiguous
+// view ... Call contiguous() first", naming neither the optimizer nor the parameter. PyTorch steps channels-last
+// parameters (libtorch's model converted with .contiguous(channels_last), as bench/compare_torch.cpp does).
+// Proposed fix: the updates are elementwise over dense buffers, so create the state with empty_like(p, Preserve) /
+// zeros_like (which keep channels-last) and read p, grad (grad.contiguous(p's format)) and state with
+// data<T>(format), format = detail::dense_format(p).
 TEST_CASE("review: optimizers and clipping on a channels-last parameter", "[!mayfail]") {
   const Tensor x = ramp({2, 3, 6, 6});
-  for (int which = 0; which < 3; ++which) {
+  for (int which = 0; which < 5; ++which) {
     CAPTURE(which);
     try {
       std::vector<Tensor> result;
@@ -299,6 +299,12 @@ TEST_CASE("review: optimizers and clipping on a channels-last parameter", "[!may
         } else if (which == 1) {
           optim::Adam adam({p});
           adam.step();
+        } else if (which == 3) {
+          optim::RMSprop rmsprop({p});
+          rmsprop.step();
+        } else if (which == 4) {
+          optim::clip_grad_value_({p}, 0.5);
+          p.detach().sub_(p.grad());
         } else {
           optim::clip_grad_norm_({p}, 0.5);
           p.detach().sub_(p.grad());
