@@ -185,8 +185,12 @@ std::shared_ptr<const Entry> build(const Key& key) {
 // 4.08 ms quiet, docs/performance.md; 9.96 against 6.99 ms at load ~4, 2026-12-07 14:58, `conv_layouts --threads 1
 // --rounds 3`), and mixed on the stride-1 layers (faster on resnet_s3/s4 and on cnn_conv2 at 2 threads, up to
 // 14% slower on cnn_conv2 and resnet_s2 at 1 thread under load). The blocked kernel here also pays grad_output's
-// reorder (which backward-data, NHWC, no longer shares), so only the strided case clearly favours it. The
-// bfloat16 primitives follow the same rule (not measured separately).
+// reorder (which backward-data, NHWC, no longer shares), so only the strided case clearly favours it.
+// The bfloat16 primitives follow the same rule, though there it is a wash: a standalone oneDNN timing (process
+// CPU ms per call, 1 thread, 64 images, NHWC kernel against reorders + blocked kernel, 2 runs of 10 interleaved
+// calls at load ~16, 2026-12-07) gave strided 32->64 on 32x32 3.1-3.3 against 3.9-4.4, 64->128 on 16x16 3.7
+// against 3.9, 128->256 on 8x8 5.6 against 5.1-5.4, and stride 1: 32->32 on 32x32 5.1-5.6 against 9.1-10.7,
+// 256->256 on 4x4 5.4-6.0 against 5.1-5.7.
 bool nhwc_weight_grad(const ConvGeometry& g) { return g.stride_h == 1 && g.stride_w == 1; }
 
 // Note: 128 per precision covers a ResNet's distinct (shape, direction) pairs several times.
