@@ -1,7 +1,8 @@
 // A channels-last training step without layout conversions (issue 42, session 21): the gradients that flow
 // back through a channels-last network stay channels-last (binary ops' backward, a residual join's sum), a
-// Conv2d of a channels-last module runs without copying its weight, and gradient sums that nothing else
-// sees are added in place. Each check compares with the row-major run's values.
+// Conv2d of a channels-last module runs without copying its weight, gradient sums that nothing else sees are
+// added in place, and the optimizers step a channels-last parameter where it lies. Each check compares with the
+// row-major run's values.
 #include <functional>
 #include <memory>
 #include <vector>
@@ -213,4 +214,70 @@ TEST_CASE("gradient sums are added in place only where nothing else can see them
   const Tensor u = mul(v, v);
   const auto g = autograd::grad({add(u, mul(u, 2.0)).sum()}, {v}, {}, false, true);
   CHECK(allclose(autograd::grad({g[0].sum()}, {v})[0], full({3}, 6.0, f64())));
+}
+
+TEST_CASE("optimizers and gradient clipping step a channels-last parameter as its row-major copy") {
+  // Note: PyTorch steps channels-last parameters (libtorch's converted models hold them); the updates are
+  // elementwise, so the channels-last run must give the row-major run's parameter and state values.
+  const Tensor x = randn({2, 3, 6, 6}, default_generator(), f64());
+  const Tensor start = randn({4, 3, 3, 3}, default_generator(), f64());
+  using Step = std::function<std::vector<Tensor>(Tensor&)>;  // steps twice, returns the state tensors
+  const std::vector<std::pair<const char*, Step>> cases = {
+      {"SGD, momentum, nesterov, weight decay",
+       [](Tensor& p) {
+         optim::SGD sgd({p}, optim::SGDOptions{.lr = 0.01, .momentum = 0.9, .weight_decay = 0.1, .nesterov = true});
+         sgd.step();
+         sgd.step();
+         return std::vector<Tensor>{sgd.state(p).momentum_buffer};
+       }},
+      {"Adam, amsgrad",
+       [](Tensor& p) {
+         optim::Adam adam({p}, optim::AdamOptions{.lr = 0.01, .amsgrad = true});
+         adam.step();
+         adam.step();
+         return std::vector<Tensor>{adam.state(p).exp_avg, adam.state(p).exp_avg_sq};
+       }},
+      {"AdamW",
+       [](Tensor& p) {
+         optim::AdamW adamw({p}, optim::AdamWOptions{.lr = 0.01});
+         adamw.step();
+         adamw.step();
+         return std::vector<Tensor>{adamw.state(p).exp_avg};
+       }},
+      {"RMSprop, centered, momentum",
+       [](Tensor& p) {
+         optim::RMSprop rmsprop({p}, optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
+         rmsprop.step();
+         rmsprop.step();
+         return std::vector<Tensor>{rmsprop.state(p).square_avg};
+       }},
+      {"clip_grad_norm_ then clip_grad_value_",
+       [](Tensor& p) {
+         optim::clip_grad_norm_({p}, 0.5);
+         optim::clip_grad_value_({p}, 0.01);
+         p.detach().sub_(p.grad());
+         return std::vector<Tensor>{};
+       }},
+  };
+  for (const auto& [name, step] : cases) {
+    INFO(name);
+    std::vector<Tensor> params, grads;
+    std::vector<std::vector<Tensor>> states;
+    for (const MemoryFormat format : {MemoryFormat::Contiguous, CL}) {
+      Tensor p = start.clone().contiguous(format).detach().requires_grad_();  // a copy: the steps write p
+      conv2d(x, p).pow(2.0).sum().backward();
+      REQUIRE(p.grad().is_contiguous(format));
+      states.push_back(step(p));
+      params.push_back(p.detach());
+      grads.push_back(p.grad());
+    }
+    CHECK(strictly_channels_last(params[1]));  // stepped where it lies
+    CHECK(allclose(params[0], params[1], 1e-12, 1e-14));
+    CHECK(allclose(grads[0], grads[1], 1e-12, 1e-14));
+    for (std::size_t i = 0; i < states[0].size(); ++i) {
+      CHECK(states[1][i].shape() == start.shape());
+      CHECK(strictly_channels_last(states[1][i]));  // the state keeps the parameter's format, as zeros_like(p)
+      CHECK(allclose(states[0][i], states[1][i], 1e-12, 1e-14));
+    }
+  }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 #include <tapegrad/optim/detail/python_float.h>
 
@@ -15,7 +16,7 @@ namespace {
 double tensor_norm(const Tensor& grad, double norm_type) {
   return tapegrad::detail::dispatch_floating(grad.dtype(), "clip_grad_norm_", [&](auto tag) {
     using T = decltype(tag);
-    const T* g = grad.data<T>();
+    const T* g = grad.data<T>(tapegrad::detail::dense_format(grad));
     const std::int64_t n = grad.numel();
     double acc = 0.0;
     if (std::isinf(norm_type)) {
@@ -87,7 +88,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   for (Tensor grad : grads) {
     tapegrad::detail::dispatch_floating(grad.dtype(), "clip_grad_norm_", [&](auto tag) {
       using T = decltype(tag);
-      T* g = grad.data<T>();
+      T* g = grad.data<T>(tapegrad::detail::dense_format(grad));
       const T c = static_cast<T>(coefficient);
       for (std::int64_t i = 0; i < grad.numel(); ++i) g[i] = g[i] * c;
     });
@@ -100,7 +101,7 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   for (Tensor grad : defined_grads(params, "clip_grad_value_")) {
     tapegrad::detail::dispatch_floating(grad.dtype(), "clip_grad_value_", [&](auto tag) {
       using T = decltype(tag);
-      T* g = grad.data<T>();
+      T* g = grad.data<T>(tapegrad::detail::dense_format(grad));
       const T high = static_cast<T>(clip_value), low = static_cast<T>(-clip_value);
       for (std::int64_t i = 0; i < grad.numel(); ++i) {
         if (g[i] < low) g[i] = low;

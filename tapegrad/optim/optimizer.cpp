@@ -4,9 +4,26 @@
 #include <set>
 
 #include <tapegrad/framework/autograd/grad_mode.h>
+#include <tapegrad/framework/detail/memory_format.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 
 namespace tapegrad::optim {
+
+namespace {
+
+// The dense NHWC buffer of a channels-last tensor, seen as the row-major [N, H, W, C] tensor on the same storage.
+Tensor nhwc_view(const Tensor& t) {
+  const Shape shape = tapegrad::detail::nhwc_shape(t.shape());
+  return tapegrad::detail::make_view(t, shape, contiguous_strides(shape), t.storage_offset());
+}
+
+// The inverse: the [N, C, H, W] channels-last tensor over a row-major [N, H, W, C] one's storage.
+Tensor nchw_view(const Tensor& nhwc, const Shape& shape) {
+  return tapegrad::detail::make_view(nhwc, shape, tapegrad::detail::channels_last_strides(shape),
+                                     nhwc.storage_offset());
+}
+
+}  // namespace
 
 double ParamGroup::get(const std::string& name) const {
   const auto found = options.find(name);
@@ -101,7 +118,20 @@ void Optimizer::step() {
           fail("{}: state '{}' of parameter {} in group {} is {} {} but the parameter is now {} {}", name_, key, i, g,
                shape_string(value.shape()), dtype_name(value.dtype()), shape_string(p.shape()), dtype_name(p.dtype()));
       }
-      update(group, p, grad, state);
+      if (p.dim() == 4 && tapegrad::detail::is_strictly_channels_last(p)) {
+        // Note: every update is elementwise over the parameter's, the gradient's and the state's buffers, so a
+        // channels-last parameter (PyTorch steps those too) is updated as the row-major [N, H, W, C] tensor on
+        // its own storage, with its gradient and state laid out alike. The state stays channels-last (PyTorch's
+        // zeros_like(p) keeps the format) and reads as the parameter's shape; one loaded row-major is converted.
+        ParamState nhwc;
+        for (const auto& [key, value] : state)
+          nhwc[key] = value.dim() == 4 ? nhwc_view(value.contiguous(MemoryFormat::ChannelsLast)) : value;
+        Tensor p_nhwc = nhwc_view(p);
+        update(group, p_nhwc, nhwc_view(tapegrad::detail::channels_last_values(grad)), nhwc);
+        for (const auto& [key, value] : nhwc) state[key] = value.dim() == 4 ? nchw_view(value, p.shape()) : value;
+      } else {
+        update(group, p, grad, state);
+      }
       p.impl()->storage->bump_version();
     }
   }
