@@ -211,6 +211,12 @@ std::shared_ptr<nn::Module> bn_relu(std::int64_t channels, bool with_relu) {
 // parameters, and the running statistics agree to 1e-12 (float64) or 1e-5 (float32): the sums' order differs.
 void bn_formats_agree(const Tensor& x, bool with_relu) {
   const DType dtype = x.dtype();
+  // Note: with a ReLU, a normalised value at 0 is ReLU's kink: the formats' means may differ in the last bit (their
+  // sums' order differs), one format's value be 0 and masked, the other's a rounding error above it, and the whole
+  // channel's gradient move with that one element (shrinking finds such ties on grids of values: seen once in ~50
+  // runs, 80 elements of a 12-channel case off by 2.4 at float64). Those cases are discarded.
+  if (with_relu)
+    RC_PRE(min(abs(batch_norm_train(x.to(DType::Float64), Tensor(), Tensor(), 1e-5).output)).item() > 1e-5);
   const double tol = dtype == DType::Float64 ? 1e-12 : 1e-5;
   auto rows = bn_relu(x.size(1), with_relu);
   rows->to(dtype);
@@ -246,11 +252,14 @@ TEST_CASE("channels-last BatchNorm2d: the same values, gradients and running sta
     bn_formats_agree(*bn_tile_input(dtype), *rc::gen::arbitrary<bool>());
   });
   rc::prop("float64 gradcheck of the train forward through the row tiles, with and without a ReLU", [] {
-    // Normal values from a generated seed: a channel's values are never all equal (a zero variance) and no
-    // normalised value sits at ReLU's kink, which shrinking towards equal values would find.
+    // Normal values from a generated seed: a channel's values are never all equal (a zero variance), which
+    // shrinking towards equal values would find. A normalised value within 1e-4 of ReLU's kink would make the
+    // finite difference straddle it (about 1 case in 100 at 192 values: seed 64231425 with c = 3 has one at
+    // 2.9e-7, in both formats): such a case is discarded.
     const auto c = *rc::gen::inRange<std::int64_t>(2, 20);
     manual_seed(*rc::gen::arbitrary<std::uint32_t>());
     const Tensor x = randn({1, c, 8, 8}).to(DType::Float64);
+    RC_PRE(min(abs(batch_norm_train(x, Tensor(), Tensor(), 1e-5).output)).item() > 1e-4);
     const Tensor weight = *gen::tensor_of_shape({c}), bias = *gen::tensor_of_shape({c});
     TAPEGRAD_RC_GRADCHECK(([](const std::vector<Tensor>& v) {
                             return batch_norm_train(v[0].contiguous(kCL), v[1], v[2], 1e-5).output;

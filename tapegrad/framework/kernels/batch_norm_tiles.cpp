@@ -51,10 +51,21 @@ template <class V>
   w = __builtin_convertvector(v, Wide);
 }
 
-// vector(K, c) for chunks of K * 8 channels (K = 2, then one K = 1), scalar(c) for the last width % 8.
+// Whether chunks of 32 channels fit the registers: AVX-512's 32 (a chunk's accumulators and coefficients take up
+// to 24 vectors of 8 doubles or floats; AVX2's 16 registers would spill them). Asked at run time, once per tile:
+// the macros say nothing about the clone being compiled.
+[[gnu::always_inline]] inline bool wide_registers() { return __builtin_cpu_supports("avx512f"); }
+
+// vector(K, c) for chunks of K * 8 channels (K = 4 with AVX-512, then K = 2, then one K = 1), scalar(c) for the
+// last width % 8.
+// Note: K = 4 covers a row of 32 float channels (cnn_cl's and resnet_cl's first stages) in one walk over the
+// tile's rows instead of two: the training forward + backward on [64, 32, 28, 28] took 1.36 ms instead of 1.79
+// (NCHW 1.2-1.5 ms; bench/batch_norm_rows, 1 thread, load ~11).
 template <class Vector, class Scalar>
 [[gnu::always_inline]] inline void over_chunks(std::int64_t width, Vector vector, Scalar scalar) {
   std::int64_t c = 0;
+  if (wide_registers())
+    for (; c + 4 * kLanes <= width; c += 4 * kLanes) vector(std::integral_constant<int, 4>{}, c);
   for (; c + 2 * kLanes <= width; c += 2 * kLanes) vector(std::integral_constant<int, 2>{}, c);
   if (c + kLanes <= width) {
     vector(std::integral_constant<int, 1>{}, c);
