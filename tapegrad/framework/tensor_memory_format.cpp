@@ -161,10 +161,11 @@ Tensor channels_last_values(const Tensor& t) {
   // The NHWC array is the row-major walk of the [N, H, W, C] permutation of t's layout.
   const Shape nhwc_shape{from.shape[0], from.shape[2], from.shape[3], from.shape[1]};
   const Shape nhwc_strides{strides[0], strides[2], strides[3], strides[1]};
-  dispatch_all(from.dtype, [&](auto tag) {
+  // Note: only moves elements, so bfloat16 converts too (as PyTorch's does).
+  dispatch_moves(from.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(from.storage->data());
-    T* dst = out.data<T>(MemoryFormat::ChannelsLast);
+    T* dst = static_cast<T*>(out.raw_data(MemoryFormat::ChannelsLast));
     for_each_run(nhwc_shape, nhwc_strides, from.offset,
                  [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
                    for (std::int64_t k = 0; k < inner; ++k) dst[o + k] = src[s + k * step];
@@ -226,6 +227,8 @@ template std::int64_t* Tensor::data<std::int64_t>(MemoryFormat);
 template const float* Tensor::data<float>(MemoryFormat) const;
 template const double* Tensor::data<double>(MemoryFormat) const;
 template const std::int64_t* Tensor::data<std::int64_t>(MemoryFormat) const;
+template BFloat16* Tensor::data<BFloat16>(MemoryFormat);
+template const BFloat16* Tensor::data<BFloat16>(MemoryFormat) const;
 
 void* Tensor::raw_data(MemoryFormat format) {
   if (!is_contiguous(format)) fail_not_in_format(*this, format, "raw_data");

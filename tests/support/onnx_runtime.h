@@ -85,6 +85,7 @@ inline const char* dtype_text(DType dtype) {
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
     case DType::Int64: return "int64";
+    case DType::BFloat16: break;  // the exporter writes no bfloat16 tensors
   }
   fail("tensor file: unsupported dtype");
 }

@@ -11,7 +11,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <tapegrad/framework/autograd/detail/first_order_only.h>
 #include <tapegrad/framework/autograd/detail/observed_pass.h>
+#include <tapegrad/framework/autocast.h>
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/memory_format.h>
@@ -26,6 +28,7 @@ struct Record {
   std::vector<std::shared_ptr<AutogradMeta>> inputs;  // null where that input needs no gradient
   std::weak_ptr<AutogradMeta> output;
   BackwardFn backward;
+  const char* create_graph_refusal = nullptr;  // set by mark_first_order_only
   bool released = false;
 
   void release() {
@@ -183,6 +186,22 @@ void check_outputs(const std::vector<Tensor>& outputs, const Tape& t) {
   }
 }
 
+// Under create_graph, refuses before any gradient is deposited a graph that reaches a first-order-only record
+// (autograd/detail/first_order_only.h); the same last-to-first reachability walk as scan_last_uses.
+void check_create_graph(const Tape& t, const std::vector<Tensor>& outputs) {
+  std::unordered_set<const AutogradMeta*> reached;
+  for (const Tensor& output : outputs) reached.insert(output.impl()->autograd.get());
+  for (std::size_t i = t.records.size(); i-- > 0;) {
+    const Record& record = t.records[i];
+    if (record.released) continue;
+    const std::shared_ptr<AutogradMeta> out = record.output.lock();
+    if (!out || !reached.count(out.get())) continue;
+    if (record.create_graph_refusal) fail("{}", record.create_graph_refusal);
+    for (const auto& input : record.inputs)
+      if (input && !input->is_leaf) reached.insert(input.get());
+  }
+}
+
 // For an observed pass (backward_observer.h): the records that can run are those whose output a gradient can
 // reach from the outputs, found by the same last-to-first walk as backward itself; each watched leaf's last use
 // is the earliest-recorded of them that takes it as an input.
@@ -213,7 +232,12 @@ void run_backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>&
     fail("backward: {} outputs but {} grad_outputs", outputs.size(), grad_outputs.size());
   Tape& t = tape();
   check_outputs(outputs, t);
+  if (create_graph) check_create_graph(t, outputs);
   GradModeGuard grad_mode(create_graph);
+  // Note: backward formulas call public ops (conv_transpose2d's backward is a conv2d); a backward run inside an
+  // AutocastGuard must still compute them as recorded, as PyTorch's does. The autocast records' own backward
+  // decided its precision at forward time and does not look at the guard.
+  AutocastGuard no_autocast(DType::BFloat16, false);
   ++t.backward_depth;
   struct DepthGuard {
     Tape& t;
@@ -347,6 +371,18 @@ Tensor record_op(const char* op, Tensor output, const std::vector<Tensor>& input
   }
   return Tensor(impl);
 }
+
+namespace autograd::detail {
+
+void mark_first_order_only(const Tensor& output, const char* refusal) {
+  if (!output.defined() || !output.impl()->autograd || output.impl()->autograd->is_leaf) return;
+  Tape& t = tape();
+  if (t.records.empty()) return;
+  Record& last = t.records.back();
+  if (last.output.lock() == output.impl()->autograd) last.create_graph_refusal = refusal;
+}
+
+}  // namespace autograd::detail
 
 void rebase_history(const char* op, const Tensor& target, const std::vector<Tensor>& inputs, BackwardFn backward) {
   check_inputs(op, inputs);

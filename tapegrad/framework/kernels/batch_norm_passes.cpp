@@ -22,6 +22,7 @@
 #include <tapegrad/framework/detail/parallel_loop.h>
 #include <tapegrad/framework/kernels/batch_norm_row_passes.h>
 #include <tapegrad/framework/kernels/batch_norm_runs.h>
+#include <tapegrad/framework/kernels/detail/prefetch_run.h>
 
 namespace tapegrad::kernels {
 
@@ -47,22 +48,6 @@ void for_channels(const Layout& l, PerChannel per_channel, PerBlock per_block) {
 }
 
 // ---- kernels: one channel (S > 1), or one block of channels on the rows of [N, C] ----
-
-// Asks for the next run of a channel (S values, one cache line at a time) while the current one is summed.
-// Note: a channel is N runs of S values, C * S apart; each run is a new short stream that the hardware
-// prefetcher only picks up after a few misses, so the first read of every run waited on memory (the
-// per-channel reductions were two thirds of bn_fwd_bwd at 1 thread, stalled on their loads).
-template <class T>
-inline void prefetch_run(const T* run, std::int64_t s) {
-  constexpr std::int64_t per_line = 64 / sizeof(T);
-  for (std::int64_t k = 0; k < s; k += per_line) __builtin_prefetch(run + k);
-}
-// The same for a run about to be written: the lines are asked for with intent to write.
-template <class T>
-inline void prefetch_run_for_write(T* run, std::int64_t s) {
-  constexpr std::int64_t per_line = 64 / sizeof(T);
-  for (std::int64_t k = 0; k < s; k += per_line) __builtin_prefetch(run + k, 1);
-}
 
 // Mean and sum of squared deviations of channel c, in one pass over the data.
 // Note: the sums are of d = x - x0 with x0 the channel's first value (the shifted-data algorithm), in double:

@@ -18,11 +18,9 @@ Tensor autocast_conv2d(const Tensor& input, const Tensor& weight, const Tensor& 
                                out.data<float>(format), g);
   std::vector<Tensor> inputs{input, weight};
   if (bias.defined()) inputs.push_back(bias);
-  return record_if_needed("conv2d", out, inputs, [&] {
+  return first_order_only(record_if_needed("conv2d", out, inputs, [&] {
     return [vx, vw, g, format, has_bias = bias.defined()](const Tensor& grad, NeedsGrad needs) {
-      if (is_grad_enabled())
-        fail("conv2d: backward with create_graph=true through a bfloat16 autocast convolution is not supported; run "
-             "the forward outside AutocastGuard for higher-order gradients");
+      if (is_grad_enabled()) fail("{}", autocast_create_graph_refusal("conv2d"));
       std::vector<Tensor> grads(has_bias ? 3 : 2);
       const Bf16Values vg(grad, format);
       const bool want_bias = has_bias && needs[2];
@@ -41,7 +39,7 @@ Tensor autocast_conv2d(const Tensor& input, const Tensor& weight, const Tensor& 
       if (!needs[1]) grads[1] = Tensor();
       return grads;
     };
-  });
+  }), "conv2d");
 }
 
 }  // namespace tapegrad::detail

@@ -3,6 +3,9 @@
 // rounded copies they save.
 #include <tapegrad/framework/ops/detail/autocast.h>
 
+#include <cstring>
+
+#include <tapegrad/framework/autograd/detail/first_order_only.h>
 #include <tapegrad/framework/autograd/function.h>
 #include <tapegrad/framework/kernels/autocast_path.h>
 #include <tapegrad/framework/kernels/column_sums.h>
@@ -33,15 +36,28 @@ Tensor Bf16Values::widened() const {
   return out;
 }
 
+// Note: the backward multiplies bfloat16 copies that are not the op's inputs, so a graph built from it would have
+// no path back to the inputs; rather than return a silently incomplete second derivative, create_graph is refused.
+const char* autocast_create_graph_refusal(const char* op) {
+  if (std::strcmp(op, "conv2d") == 0)
+    return "conv2d: backward with create_graph=true through a bfloat16 autocast convolution is not supported; run "
+           "the forward outside AutocastGuard for higher-order gradients";
+  if (std::strcmp(op, "linear") == 0)
+    return "linear: backward with create_graph=true through a bfloat16 autocast product is not supported; run the "
+           "forward outside AutocastGuard for higher-order gradients";
+  return "matmul: backward with create_graph=true through a bfloat16 autocast product is not supported; run the "
+         "forward outside AutocastGuard for higher-order gradients";
+}
+
+Tensor first_order_only(Tensor recorded, const char* op) {
+  autograd::detail::mark_first_order_only(recorded, autocast_create_graph_refusal(op));
+  return recorded;
+}
+
 namespace {
 
-// Note: the backward multiplies bfloat16 copies that are not the op's inputs, so a graph built from it would have
-// no path back to a and b; rather than return a silently incomplete second derivative, create_graph is refused.
-[[noreturn]] void refuse_create_graph(const char* op) {
-  fail("{}: backward with create_graph=true through a bfloat16 autocast product is not supported; run the forward "
-       "outside AutocastGuard for higher-order gradients",
-       op);
-}
+// The backward's own check, behind the up-front one (first_order_only): a backward closure called some other way.
+[[noreturn]] void refuse_create_graph(const char* op) { fail("{}", autocast_create_graph_refusal(op)); }
 
 Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
 
@@ -71,7 +87,7 @@ Tensor autocast_matmul(const Tensor& a, const Tensor& b, const Shape& a2, const 
     kernels::gemm_bf16(false, vb.transposed, n, m, k, va.data(), k, vb.values.data(), vb.ld, nullptr,
                        out.data<float>(), m);
     out = out.reshape(out_shape);
-    return record_if_needed("matmul", out, {a, b}, [&] {
+    return first_order_only(record_if_needed("matmul", out, {a, b}, [&] {
       return [va, vb, n, m, k, a_shape = a.shape(), b_shape = b.shape()](const Tensor& g, NeedsGrad needs) {
         if (is_grad_enabled()) refuse_create_graph("matmul");
         const Bf16Values vg(g.detach().reshape({n, m}));
@@ -89,7 +105,7 @@ Tensor autocast_matmul(const Tensor& a, const Tensor& b, const Shape& a2, const 
         }
         return std::vector<Tensor>{ga, gb};
       };
-    });
+    }), "matmul");
   }
   // Batched: both sides expanded to the broadcast batch and made contiguous, one GEMM per matrix.
   const Shape batch = broadcast_shapes(batch_of(a2), batch_of(b2), "matmul");
@@ -105,7 +121,7 @@ Tensor autocast_matmul(const Tensor& a, const Tensor& b, const Shape& a2, const 
     kernels::gemm_bf16(false, false, n, m, k, va.data() + i * n * k, k, vb.data() + i * k * m, m, nullptr,
                        product.data<float>() + i * n * m, m);
   Tensor out = product.reshape(out_shape);
-  return record_if_needed("matmul", out, {a, b}, [&] {
+  return first_order_only(record_if_needed("matmul", out, {a, b}, [&] {
     return [va, vb, n, m, k, batches, a2, b2, product_shape, a_shape = a.shape(), b_shape = b.shape()](
                const Tensor& g, NeedsGrad needs) {
       if (is_grad_enabled()) refuse_create_graph("matmul");
@@ -128,7 +144,7 @@ Tensor autocast_matmul(const Tensor& a, const Tensor& b, const Shape& a2, const 
       }
       return std::vector<Tensor>{ga, gb};
     };
-  });
+  }), "matmul");
 }
 
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -140,7 +156,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
   Tensor out = empty(out_shape, DType::Float32);
   kernels::gemm_bf16(false, true, rows, out_features, in, vx.data(), in, vw.data(), in,
                      bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), out_features);
-  return record_if_needed("linear", out, {x, weight, bias}, [&] {
+  return first_order_only(record_if_needed("linear", out, {x, weight, bias}, [&] {
     return [vx, vw, rows, in, out_features](const Tensor& g_in, NeedsGrad needs) {
       if (is_grad_enabled()) refuse_create_graph("linear");
       const Tensor g = g_in.contiguous();
@@ -164,7 +180,7 @@ Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias
       }
       return grads;
     };
-  });
+  }), "linear");
 }
 
 }  // namespace tapegrad::detail

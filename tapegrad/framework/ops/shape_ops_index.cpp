@@ -101,6 +101,10 @@ Tensor index_add(const Tensor& x_in, std::int64_t dim, const Tensor& index_in, c
   const Tensor x = x_in.contiguous(), index = index_in.contiguous(), source = source_in.contiguous();
   x.check_defined("index_add");
   source.check_defined("index_add");
+  // Note: refused here, by name; the dtype dispatch below would refuse without naming the op.
+  if (x.dtype() == DType::BFloat16)
+    fail("index_add: bfloat16 is not supported by this op: convert with .to(DType::Float32) (shape {})",
+         shape_string(x.shape()));
   if (x.dim() == 0) fail("index_add: expected a tensor with at least 1 dim");
   const std::int64_t d = normalize_dim(dim, x.dim(), "index_add");
   const auto ud = static_cast<std::size_t>(d);
@@ -154,6 +158,10 @@ Tensor scatter_add(const Tensor& x_in, std::int64_t dim, const Tensor& index_in,
   const Tensor x = x_in.contiguous(), index = index_in.contiguous(), src = src_in.contiguous();
   x.check_defined("scatter_add");
   src.check_defined("scatter_add");
+  // Note: refused here, by name; the dtype dispatch below would refuse without naming the op.
+  if (x.dtype() == DType::BFloat16)
+    fail("scatter_add: bfloat16 is not supported by this op: convert with .to(DType::Float32) (shape {})",
+         shape_string(x.shape()));
   check_index_dtype(index, "scatter_add");
   const std::int64_t d = normalize_dim(dim, x.dim(), "scatter_add");
   // Note: PyTorch lets src be larger than index and ignores the rest; here src must match index exactly,

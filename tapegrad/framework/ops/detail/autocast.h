@@ -43,6 +43,14 @@ class Bf16Values {
 
 /// matmul(a, b) in bfloat16: a, b already checked by matmul; a2 and b2 are their >= 2-d matrix shapes (a's batch
 /// folded into its rows when b2 is one matrix) and out_shape the result's shape, as matmul computed them.
+/// The message backward(create_graph=true) refuses an autocast product with: "matmul", "linear" or "conv2d".
+/// Note: a literal, because the tape keeps the pointer (autograd/detail/first_order_only.h).
+const char* autocast_create_graph_refusal(const char* op);
+
+/// Marks the record that produced `recorded` first-order only, so backward(create_graph=true) refuses the graph
+/// before it deposits any gradient; returns `recorded`.
+Tensor first_order_only(Tensor recorded, const char* op);
+
 Tensor autocast_matmul(const Tensor& a, const Tensor& b, const Shape& a2, const Shape& b2, const Shape& out_shape);
 /// linear(x, weight, bias) in bfloat16 (arguments contiguous and checked by linear); bias added in float32.
 Tensor autocast_linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
