@@ -27,6 +27,7 @@
 //                  bench/compare_channels_last.h)
 //   matmul_bf16, mlp_bf16, cnn_bf16, resnet_bf16  matmul, mlp, cnn and resnet with the forward and loss under
 //                  AutocastGuard (bfloat16 products; bench/compare_autocast.h)
+//   cnn_bf16_cl, resnet_bf16_cl  cnn_cl and resnet_cl with the forward and loss under AutocastGuard
 //   idle           nothing (its max_rss_mb is the process's baseline: the libraries loaded, no work)
 // Each runs a short warm-up, then steps until --seconds (default 3) have passed, and prints
 //   workload=<name> threads=<n> samples_per_s=<x> ms_per_step=<y> [gflops=<g>] cpu_ms_per_step=<z>
@@ -318,7 +319,7 @@ int usage(const char* program) {
   return 2;
 }
 
-#include "compare_channels_last.h"  // NOLINT: workloads cnn_cl, resnet_cl (inside this namespace)
+#include "compare_channels_last.h"  // NOLINT: workloads cnn_cl, resnet_cl, cnn_bf16_cl, resnet_bf16_cl (inside this namespace)
 #include "compare_autocast.h"  // NOLINT: workloads matmul_bf16, mlp_bf16, cnn_bf16, resnet_bf16 (inside this namespace)
 
 }  // namespace
@@ -355,6 +356,8 @@ int main(int argc, char** argv) {
       {"mlp_bf16", [&] { run_mlp_bf16(settings); }},
       {"cnn_bf16", [&] { run_cnn_bf16(settings); }},
       {"resnet_bf16", [&] { run_resnet_bf16(settings); }},
+      {"cnn_bf16_cl", [&] { run_cnn_bf16_cl(settings); }},
+      {"resnet_bf16_cl", [&] { run_resnet_bf16_cl(settings); }},
       {"lstm", [&] { run_lstm(settings); }},
       {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
       {"transformer", [&] { run_transformer(settings); }},

@@ -47,9 +47,13 @@ BEGIN {
   # against the float32 twin of tapegrad itself in the table after this one.
   flops["matmul_bf16"] = flops["matmul"]; flops["mlp_bf16"] = flops["mlp"]; flops["cnn_bf16"] = flops["cnn"]
   flops["resnet_bf16"] = flops["resnet"]
+  flops["cnn_bf16_cl"] = flops["cnn"]; flops["resnet_bf16_cl"] = flops["resnet"]  # autocast + channels-last
   target["mlp_bf16"] = 1.3; target["cnn_bf16"] = 1.3; target["resnet_bf16"] = 1.3
   own_target["matmul_bf16"] = 1.7; own_target["mlp_bf16"] = 1.3; own_target["cnn_bf16"] = 1.3
   own_target["resnet_bf16"] = 1.3
+  # Note: both switches at once, against tapegrad's default float32 (row-major) model.
+  own_target["cnn_bf16_cl"] = 1.3; own_target["resnet_bf16_cl"] = 1.3; twin_of["cnn_bf16_cl"] = "cnn"
+  twin_of["resnet_bf16_cl"] = "resnet"; target["cnn_bf16_cl"] = 1.3; target["resnet_bf16_cl"] = 1.3
   target["resnet_cl"] = 1.4  # issue 42 (cnn_cl: >= 62% of the FMA peak at 1 thread, the "of FMA peak" column)
 }
 { key = $1 SUBSEP $2 SUBSEP $3; speed[key] = speed[key] " " $4; rss[key] = rss[key] " " $5 }
@@ -92,7 +96,7 @@ END {
   for (w = 1; w <= n_workloads; ++w) for (t = 1; t <= n_threads; ++t) {
     name = workload_list[w]; threads = threads_list[t]
     if (!(name in own_target)) continue
-    twin = substr(name, 1, length(name) - 5)  # matmul_bf16 -> matmul
+    twin = (name in twin_of) ? twin_of[name] : substr(name, 1, length(name) - 5)  # matmul_bf16 -> matmul
     bf = median(speed["tapegrad/system", name, threads]); f32 = median(speed["tapegrad/system", twin, threads])
     if (!f32) continue
     if (!header) {

@@ -272,8 +272,8 @@ int usage(const char* program) {
   return 2;
 }
 
-#include "compare_channels_last_torch.h"  // NOLINT: workloads cnn_cl, resnet_cl (inside this namespace)
 #include "compare_autocast_torch.h"  // NOLINT: workloads matmul_bf16, mlp_bf16, cnn_bf16, resnet_bf16 (inside this namespace)
+#include "compare_channels_last_torch.h"  // NOLINT: workloads cnn_cl, resnet_cl, cnn_bf16_cl, resnet_bf16_cl (after the autocast half: TorchAutocast) (inside this namespace)
 
 }  // namespace
 
@@ -312,6 +312,8 @@ int main(int argc, char** argv) {
       {"mlp_bf16", [&] { run_mlp_bf16(settings); }},
       {"cnn_bf16", [&] { run_cnn_bf16(settings); }},
       {"resnet_bf16", [&] { run_resnet_bf16(settings); }},
+      {"cnn_bf16_cl", [&] { run_cnn_bf16_cl(settings); }},
+      {"resnet_bf16_cl", [&] { run_resnet_bf16_cl(settings); }},
       {"lstm", [&] { run_lstm(settings); }},
       {"lstm_infer_b1", [&] { run_lstm_infer_b1(settings); }},
       {"transformer", [&] { run_transformer(settings); }},
