@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "support/error_of.h"
+#include "support/channels_last_cases.h"
 #include "support/properties.h"
 #include "support/reference_file.h"
 #include <tapegrad/framework/detail/tensor_impl.h>  // detail::make_view: a layout with any strides
@@ -19,6 +20,7 @@
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;
+using tapegrad::testing::binary_ops;
 using tapegrad::testing::error_of;
 using tapegrad::testing::identical;
 
@@ -197,13 +199,6 @@ const std::vector<BinaryCase> binary_cases = {
     {"bias_cl", {1, 3, 1, 1}, 'r', {2, 3, 4, 5}, 'c'},   {"cl_c", {2, 3, 4, 5}, 'c', {3, 1, 1}, 'r'},
     {"cl_w", {2, 3, 4, 5}, 'c', {5}, 'r'},               {"rm_scalar0d", {2, 3, 4, 5}, 'c', {}, 'r'},
     {"cl_cl_bcastN", {2, 3, 4, 5}, 'c', {1, 3, 4, 5}, 'c'}, {"rm_bcastN_cl", {1, 3, 4, 5}, 'r', {2, 3, 4, 5}, 'c'},
-};
-using Binary = std::function<Tensor(const Tensor&, const Tensor&)>;
-const std::vector<std::pair<const char*, Binary>> binary_ops = {
-    {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
-    {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
-    {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
-    {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
 };
 }  // namespace
 

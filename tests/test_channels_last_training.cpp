@@ -7,12 +7,14 @@
 #include <memory>
 #include <vector>
 
+#include "support/channels_last_cases.h"
 #include "support/properties.h"
 #include <tapegrad/framework/autograd/function.h>  // record_op: the probe below
 #include <tapegrad/tapegrad.h>
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;
+using tapegrad::testing::binary_ops;
 using tapegrad::testing::identical;
 
 namespace {
@@ -33,13 +35,6 @@ Tensor probe(const Tensor& x, std::shared_ptr<std::vector<Tensor>> seen) {
   });
 }
 
-using Binary = std::function<Tensor(const Tensor&, const Tensor&)>;
-const std::vector<std::pair<const char*, Binary>> binary_ops = {
-    {"add", [](const Tensor& a, const Tensor& b) { return add(a, b); }},
-    {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b); }},
-    {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
-    {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
-};
 
 }  // namespace
 

@@ -5,45 +5,39 @@
 #include <random>
 
 #include <tapegrad/tapegrad.h>
+#include "support/channels_last_cases.h"
 #include "support/properties.h"
 
 using namespace tapegrad;
 using tapegrad::testing::allclose;
+using tapegrad::testing::sine_ramp;
 
 namespace {
 constexpr MemoryFormat kCL = MemoryFormat::ChannelsLast;
 TensorOptions f64o() { return TensorOptions{}.with_dtype(DType::Float64); }
-Tensor ramp(const Shape& shape, DType dtype = DType::Float32) {
-  std::vector<double> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.7 * static_cast<double>(i) + 0.3);
-  return from_vector(v, shape, TensorOptions{}.with_dtype(dtype));
-}
 }  // namespace
 
 namespace {
+// A view at offset 1 along `dim` of a channels-last host `extra` bigger there, holding `values`.
+Tensor inside_bigger(const Tensor& values, std::int64_t dim, std::int64_t extra) {
+  Shape big = values.shape();
+  big[static_cast<std::size_t>(dim)] += extra;
+  Tensor host = zeros(big, TensorOptions{}.with_dtype(values.dtype())).contiguous(kCL);
+  Tensor v = host.narrow(dim, 1, values.size(dim));
+  v.copy_(values);
+  return v;
+}
+
 // x (values of `shape`) in one of several layouts: row-major, channels-last, a channels-last batch slice (dense,
 // storage offset), a channels-last channel slice (not dense), a permuted copy, a broadcast of size-1 dims.
 Tensor in_layout(const Tensor& values, int layout) {
-  const Shape& s = values.shape();
   switch (layout) {
     case 1:
       return values.clone().contiguous(kCL);
-    case 2: {
-      Shape big = s;
-      big[0] += 1;
-      Tensor host = zeros(big, TensorOptions{}.with_dtype(values.dtype())).contiguous(kCL);
-      Tensor v = host.narrow(0, 1, s[0]);
-      v.copy_(values);
-      return v;
-    }
-    case 3: {
-      Shape big = s;
-      big[1] += 2;
-      Tensor host = zeros(big, TensorOptions{}.with_dtype(values.dtype())).contiguous(kCL);
-      Tensor v = host.narrow(1, 1, s[1]);
-      v.copy_(values);
-      return v;
-    }
+    case 2:
+      return inside_bigger(values, 0, 1);
+    case 3:
+      return inside_bigger(values, 1, 2);
     case 4:
       return values.clone().permute({3, 1, 0, 2}).contiguous().permute({2, 1, 3, 0});
     default:
@@ -53,7 +47,7 @@ Tensor in_layout(const Tensor& values, int layout) {
 }  // namespace
 
 TEST_CASE("review: conv2d and pools with an empty batch in both formats") {
-  const Tensor w = ramp({4, 3, 3, 3});
+  const Tensor w = sine_ramp({4, 3, 3, 3});
   const Tensor x = zeros({0, 3, 5, 5});
   const Tensor y = conv2d(x, w, Tensor(), 1, 1, 1, 1);
   CHECK(y.shape() == Shape{0, 4, 5, 5});
@@ -69,7 +63,7 @@ TEST_CASE("review: conv2d and pools with an empty batch in both formats") {
 }
 
 TEST_CASE("review: channels-last views with a storage offset through pools, conv and batch norm") {
-  const Tensor base = ramp({3, 4, 5, 6}).contiguous(kCL);
+  const Tensor base = sine_ramp({3, 4, 5, 6}).contiguous(kCL);
   const Tensor view = base.narrow(0, 1, 2);  // dense NHWC, storage offset 120
   REQUIRE(view.is_contiguous(kCL));
   const Tensor rm = view.contiguous();
@@ -77,15 +71,15 @@ TEST_CASE("review: channels-last views with a storage offset through pools, conv
   CHECK(allclose(max_pool2d(view, 3, 2, 1), max_pool2d(rm, 3, 2, 1)));
   CHECK(allclose(avg_pool2d(view, 2), avg_pool2d(rm, 2)));
   CHECK(allclose(adaptive_avg_pool2d(view, {1, 1}), adaptive_avg_pool2d(rm, {1, 1})));
-  const Tensor w = ramp({4, 4, 3, 3});
+  const Tensor w = sine_ramp({4, 4, 3, 3});
   CHECK(allclose(conv2d(view, w, Tensor(), 1, 1, 1, 1), conv2d(rm, w, Tensor(), 1, 1, 1, 1), 1e-4, 1e-5));
-  const Tensor wg = ramp({4, 2, 3, 3});
+  const Tensor wg = sine_ramp({4, 2, 3, 3});
   CHECK(allclose(conv2d(view, wg, Tensor(), 1, 1, 2, 2), conv2d(rm, wg, Tensor(), 1, 1, 2, 2), 1e-4, 1e-5));
   // A channel slice: channels-last strides, not dense.
   const Tensor cs = base.narrow(1, 1, 2);
   CHECK(allclose(max_pool2d(cs, 2), max_pool2d(cs.contiguous(), 2)));
   CHECK(allclose(avg_pool2d(cs, 2), avg_pool2d(cs.contiguous(), 2)));
-  const Tensor w2 = ramp({3, 2, 2, 2});
+  const Tensor w2 = sine_ramp({3, 2, 2, 2});
   CHECK(allclose(conv2d(cs, w2), conv2d(cs.contiguous(), w2), 1e-4, 1e-5));
   const Tensor mean = zeros({4}), var = ones({4});
   CHECK(allclose(batch_norm_eval(view, mean, var, Tensor(), Tensor(), 1e-5),
@@ -95,10 +89,10 @@ TEST_CASE("review: channels-last views with a storage offset through pools, conv
 }
 
 TEST_CASE("review: in-place write to a channels-last input saved by conv2d is caught at backward") {
-  Tensor x = ramp({2, 3, 5, 5}).contiguous(kCL);
+  Tensor x = sine_ramp({2, 3, 5, 5}).contiguous(kCL);
   x.requires_grad_(true);
   Tensor h = x.mul(2.0);
-  const Tensor w = ramp({4, 3, 3, 3}).requires_grad_(true);
+  const Tensor w = sine_ramp({4, 3, 3, 3}).requires_grad_(true);
   Tensor y = conv2d(h, w);
   h.mul_(3.0);
   CHECK_THROWS(y.sum().backward());
@@ -167,13 +161,13 @@ TEST_CASE("review: gradients of broadcast binary ops with channels-last operands
 // gradient and state through row-major data<T>() and threw. They now update the dense buffers in the
 // parameter's format, with state kept in that format, as PyTorch steps channels-last parameters.
 TEST_CASE("review: optimizers and clipping on a channels-last parameter") {
-  const Tensor x = ramp({2, 3, 6, 6});
+  const Tensor x = sine_ramp({2, 3, 6, 6});
   for (int which = 0; which < 5; ++which) {
     CAPTURE(which);
     try {
       std::vector<Tensor> result;
       for (MemoryFormat format : {MemoryFormat::Contiguous, kCL}) {
-        Tensor p = ramp({4, 3, 3, 3}).contiguous(format).requires_grad_(true);
+        Tensor p = sine_ramp({4, 3, 3, 3}).contiguous(format).requires_grad_(true);
         conv2d(x, p).pow(2.0).sum().backward();
         REQUIRE(p.grad().is_contiguous(format));
         if (which == 0) {
@@ -207,7 +201,7 @@ TEST_CASE("review: optimizers and clipping on a channels-last parameter") {
 
 TEST_CASE("review: in-place writes to channels-last tensors saved by batch norm and pools are caught") {
   const auto make = [] {
-    Tensor x = ramp({2, 3, 4, 5}).contiguous(kCL).requires_grad_(true);
+    Tensor x = sine_ramp({2, 3, 4, 5}).contiguous(kCL).requires_grad_(true);
     return x;
   };
   {
@@ -220,7 +214,7 @@ TEST_CASE("review: in-place writes to channels-last tensors saved by batch norm 
   {
     Tensor x = make();
     Tensor h = x.mul(2.0);
-    Tensor y = batch_norm_eval(h, zeros({3}), ones({3}), ramp({3}).requires_grad_(true), Tensor(), 1e-5);
+    Tensor y = batch_norm_eval(h, zeros({3}), ones({3}), sine_ramp({3}).requires_grad_(true), Tensor(), 1e-5);
     h.mul_(3.0);
     CHECK_THROWS(y.pow(2.0).sum().backward());
   }
@@ -269,7 +263,7 @@ TEST_CASE("review: NHWC pools with dilation, divisor_override and indices match 
 TEST_CASE("review: element readers and dtype conversions of channels-last views") {
   for (int layout = 1; layout <= 4; ++layout) {
     CAPTURE(layout);
-    const Tensor v = ramp({2, 3, 4, 5}, DType::Float64);
+    const Tensor v = sine_ramp({2, 3, 4, 5}, DType::Float64);
     const Tensor x = in_layout(v, layout);
     CHECK(x.to_vector() == v.to_vector());
     CHECK(x.at({1, 2, 3, 4}) == v.at({1, 2, 3, 4}));
@@ -294,7 +288,7 @@ TEST_CASE("review: element readers and dtype conversions of channels-last views"
 TEST_CASE("review: unary ops, their in-place forms and gradients on channels-last views") {
   for (int layout = 1; layout <= 4; ++layout) {
     CAPTURE(layout);
-    const Tensor v = ramp({2, 3, 4, 5}, DType::Float64);
+    const Tensor v = sine_ramp({2, 3, 4, 5}, DType::Float64);
     const Tensor x = in_layout(v, layout);
     CHECK(allclose(relu(x), relu(v)));
     CHECK(allclose(sigmoid(x), sigmoid(v)));
@@ -319,8 +313,8 @@ TEST_CASE("review: unary ops, their in-place forms and gradients on channels-las
 TEST_CASE("review: an in-place op on a view of a channels-last tensor rebases the base's gradient") {
   for (int layout = 1; layout <= 4; ++layout) {
     CAPTURE(layout);
-    const Tensor x = ramp({2, 3, 4, 5}).requires_grad_(true);
-    const Tensor xv = ramp({2, 3, 4, 5}).requires_grad_(true);
+    const Tensor x = sine_ramp({2, 3, 4, 5}).requires_grad_(true);
+    const Tensor xv = sine_ramp({2, 3, 4, 5}).requires_grad_(true);
     Tensor h = layout == 1 ? x.mul(1.0).contiguous(kCL) : in_layout(x.detach(), layout).mul(0.0).add(x);
     Tensor hv = xv.mul(1.0);
     h.narrow(1, 0, 2).mul_(h.narrow(1, 1, 2).detach().clone());
@@ -339,8 +333,8 @@ TEST_CASE("review: a refused BatchNorm2d training step leaves the running statis
   const auto before = bn.state();
   std::vector<std::vector<double>> saved;
   for (const auto& [name, t] : before) saved.push_back(t.to_vector());
-  CHECK_THROWS_WITH(bn.forward(ramp({1, 3, 1, 1}).contiguous(kCL)), Catch::Contains("more than 1 value per channel"));
-  CHECK_THROWS(bn.forward(ramp({2, 4, 3, 3}).contiguous(kCL)));  // wrong channel count
+  CHECK_THROWS_WITH(bn.forward(sine_ramp({1, 3, 1, 1}).contiguous(kCL)), Catch::Contains("more than 1 value per channel"));
+  CHECK_THROWS(bn.forward(sine_ramp({2, 4, 3, 3}).contiguous(kCL)));  // wrong channel count
   const auto after = bn.state();
   for (std::size_t i = 0; i < after.size(); ++i) {
     CAPTURE(after[i].first);

@@ -203,7 +203,7 @@ void grad_sums_block(const T* g, const T* x, const Layout& l, std::int64_t c0, s
   }
 }
 
-// Training dx = a*g + b*(x - mean) + d over channel c (coefficients from train_coefficients).
+// Training dx = a*g + b*(x - mean) + d over channel c (coefficients from train_coefficients, batch_norm_passes.h).
 template <class T>
 void grad_input_channel(const T* g, const T* x, const Layout& l, std::int64_t c, T mean, T a, T b, T d, T* dx,
                         const ReluMask<T>* mask) {
@@ -228,17 +228,6 @@ void grad_input_block(const T* g, const T* x, const Layout& l, std::int64_t c0, 
     const std::int64_t base = n * l.c + c0;
     grad_input_row_run(g + base, x + base, dx + base, width, mean, a, b, d, mask, c0);
   }
-}
-
-// Note: with xhat = (x - mean) * invstd, the training gradient
-//   dx = weight * invstd / n * (n*g - sum(g) - xhat * sum(g*xhat))
-// is affine in g and x per channel: dx = a*g + b*(x - mean) + d with the coefficients below.
-struct TrainCoefficients {
-  double a, b, d;
-};
-TrainCoefficients train_coefficients(double weight, double invstd, double sum_g, double sum_gxc, double n) {
-  const double a = weight * invstd;
-  return {a, -a * invstd * invstd * sum_gxc / n, -a * sum_g / n};
 }
 
 // ---- the memory-order path: whole passes over the tensor, sample by sample ----
@@ -440,13 +429,7 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
     grad_sums_sweep(pg, px, l, mean, sum_g, sum_gxc, mask);
     if (!want_dx) return;
     std::vector<T> m(static_cast<std::size_t>(l.c)), a(m.size()), b(m.size()), d(m.size());
-    for (std::int64_t c = 0; c < l.c; ++c) {
-      const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
-      m[c] = static_cast<T>(mean[c]);
-      a[c] = static_cast<T>(k.a);
-      b[c] = static_cast<T>(k.b);
-      d[c] = static_cast<T>(k.d);
-    }
+    train_coefficients_in(0, l.c, weight, invstd, mean, sum_g, sum_gxc, count, m.data(), a.data(), b.data(), d.data());
     sweep(l, [](int, int) {}, [&](int, std::int64_t c, std::int64_t offset) {
       grad_input_run(pg + offset, px + offset, pdx + offset, l.s, m[c], a[c], b[c], d[c], mask, c);
     });
@@ -465,14 +448,7 @@ void batch_norm_train_backward(const T* pg, const T* px, const Layout& l, const 
         grad_sums_block(pg, px, l, c0, width, mean.data() + c0, sum_g.data() + c0, sum_gxc.data() + c0, mask);
         if (!want_dx) return;
         T m[kBlock], a[kBlock], b[kBlock], d[kBlock];
-        for (std::int64_t j = 0; j < width; ++j) {
-          const std::int64_t c = c0 + j;
-          const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
-          m[j] = static_cast<T>(mean[c]);
-          a[j] = static_cast<T>(k.a);
-          b[j] = static_cast<T>(k.b);
-          d[j] = static_cast<T>(k.d);
-        }
+        train_coefficients_in(c0, width, weight, invstd, mean, sum_g, sum_gxc, count, m, a, b, d);
         grad_input_block(pg, px, l, c0, width, m, a, b, d, pdx, mask);
       });
 }

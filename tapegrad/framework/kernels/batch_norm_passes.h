@@ -15,6 +15,34 @@ struct BatchNormLayout {
   std::int64_t numel() const { return n * c * s; }
 };
 
+/// Note: with xhat = (x - mean) * invstd, the training gradient
+///   dx = weight * invstd / n * (n*g - sum(g) - xhat * sum(g*xhat))
+/// is affine in g and x per channel: dx = a*g + b*(x - mean) + d with the coefficients below.
+struct TrainCoefficients {
+  double a, b, d;
+};
+inline TrainCoefficients train_coefficients(double weight, double invstd, double sum_g, double sum_gxc, double n) {
+  const double a = weight * invstd;
+  return {a, -a * invstd * invstd * sum_gxc / n, -a * sum_g / n};
+}
+
+/// Channels [c0, c0 + width)'s dx coefficients in T, for the loops that read them per element: m (the mean), a, b
+/// and d of train_coefficients, written from index 0 of each output.
+template <class T>
+void train_coefficients_in(std::int64_t c0, std::int64_t width, const std::vector<double>& weight,
+                           const std::vector<double>& invstd, const std::vector<double>& mean,
+                           const std::vector<double>& sum_g, const std::vector<double>& sum_gxc, double n, T* m, T* a,
+                           T* b, T* d) {
+  for (std::int64_t j = 0; j < width; ++j) {
+    const auto c = static_cast<std::size_t>(c0 + j);
+    const TrainCoefficients k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], n);
+    m[j] = static_cast<T>(mean[c]);
+    a[j] = static_cast<T>(k.a);
+    b[j] = static_cast<T>(k.b);
+    d[j] = static_cast<T>(k.d);
+  }
+}
+
 /// Training forward: per channel, the batch mean, the sum of squared deviations and 1/sqrt(var + eps) (double),
 /// and y = (x - mean) * invstd * weight + bias, in one parallel sweep. `mean`, `var_sum`, `invstd` have C entries.
 /// With `relu`, y is relu'd as it is stored (BatchNorm followed by ReLU in one pass, the same bits).

@@ -79,16 +79,6 @@ struct Partials {
   }
 };
 
-// Note: with xhat = (x - mean) * invstd the training gradient is affine in g and x per channel (as
-// batch_norm_passes.cpp's train_coefficients): dx = a*g + b*(x - mean) + d.
-struct TrainCoefficients {
-  double a, b, d;
-};
-TrainCoefficients train_coefficients(double weight, double invstd, double sum_g, double sum_gxc, double n) {
-  const double a = weight * invstd;
-  return {a, -a * invstd * invstd * sum_gxc / n, -a * sum_g / n};
-}
-
 }  // namespace
 
 bool use_row_tiles(const BatchNormLayout& l) { return l.s == 1 && l.n >= min_rows.load(std::memory_order_relaxed); }
@@ -148,13 +138,7 @@ void rows_train_backward(const T* g, const T* x, const Layout& l, const Doubles&
   if (!dx) return;
   const double count = static_cast<double>(l.n);
   std::vector<T> m(static_cast<std::size_t>(l.c)), a(m.size()), b(m.size()), d(m.size());
-  for (std::int64_t c = 0; c < l.c; ++c) {
-    const auto k = train_coefficients(weight[c], invstd[c], sum_g[c], sum_gxc[c], count);
-    m[c] = static_cast<T>(mean[c]);
-    a[c] = static_cast<T>(k.a);
-    b[c] = static_cast<T>(k.b);
-    d[c] = static_cast<T>(k.d);
-  }
+  train_coefficients_in(0, l.c, weight, invstd, mean, sum_g, sum_gxc, count, m.data(), a.data(), b.data(), d.data());
   const std::int64_t tile = tile_rows<T>(l);
   over_tiles(l, tile, thread_count(l, tile), [&](int, std::int64_t r, std::int64_t rows) {
     kernels::tile_grad_input(g + r * l.c, x + r * l.c, dx + r * l.c, rows, l.c, m.data(), a.data(), b.data(),

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include <tapegrad/framework/kernels/detail/vector_memory.h>
 #include <tapegrad/framework/kernels/dispatch.h>
 
 namespace tapegrad::kernels {
@@ -36,16 +37,8 @@ struct Vec<double> {
 };
 typedef double Wide __attribute__((vector_size(64)));
 
-// Note: vectors go through references, never return values (GCC's -Wpsabi for the baseline clone), and
-// memcpy, which compiles to one unaligned load or store.
-template <class V, class E>
-[[gnu::always_inline]] inline void load(V& v, const E* p) {
-  std::memcpy(&v, p, sizeof v);
-}
-template <class V, class E>
-[[gnu::always_inline]] inline void store(E* p, const V& v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using vectors::load;  // kernels/detail/vector_memory.h
+using vectors::store;
 template <class V>
 [[gnu::always_inline]] inline void widen(Wide& w, const V& v) {
   w = __builtin_convertvector(v, Wide);
@@ -72,6 +65,16 @@ template <class Vector, class Scalar>
     c += kLanes;
   }
   for (; c < width; ++c) scalar(c);
+}
+
+// sums[k * 8 ..] += acc[k] for a chunk's K vectors of register sums (the end of a tile's walk).
+template <int K>
+[[gnu::always_inline]] inline void add_chunk_sums(double* sums, const Wide (&acc)[K]) {
+  for (int k = 0; k < K; ++k) {
+    Wide t;
+    load(t, sums + k * kLanes);
+    store(sums + k * kLanes, t + acc[k]);
+  }
 }
 
 // ReLU's rules, as batch_norm_runs.cpp's maybe_relu and relu_gradient: v <= 0 gives 0, a NaN stays.
@@ -114,13 +117,8 @@ template <class T>
             a[k] += d;
             q[k] += d * d;
           }
-        for (int k = 0; k < K; ++k) {
-          Wide t;
-          load(t, sum + c0 + k * kLanes);
-          store(sum + c0 + k * kLanes, t + a[k]);
-          load(t, squares + c0 + k * kLanes);
-          store(squares + c0 + k * kLanes, t + q[k]);
-        }
+        add_chunk_sums(sum + c0, a);
+        add_chunk_sums(squares + c0, q);
       },
       [&](std::int64_t c) {
         double a = 0, q = 0;
@@ -198,13 +196,8 @@ template <bool Relu, class T>
             a[k] += gw;
             b[k] += gw * (xw - mu[k]);
           }
-        for (int k = 0; k < K; ++k) {
-          Wide t;
-          load(t, sum_g + c0 + k * kLanes);
-          store(sum_g + c0 + k * kLanes, t + a[k]);
-          load(t, sum_gxc + c0 + k * kLanes);
-          store(sum_gxc + c0 + k * kLanes, t + b[k]);
-        }
+        add_chunk_sums(sum_g + c0, a);
+        add_chunk_sums(sum_gxc + c0, b);
       },
       [&](std::int64_t c) {
         double a = 0, b = 0;

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include <tapegrad/framework/kernels/detail/max_pool_2x2_rule.h>
+#include <tapegrad/framework/kernels/detail/vector_memory.h>
 #include <tapegrad/framework/kernels/dispatch.h>
 
 namespace tapegrad::kernels {
@@ -54,17 +56,8 @@ inline V shuffle_lanes(const V& a, const V& b, const I& mask) {
 #define TAPEGRAD_SHUFFLE(a, b, mask) __builtin_shuffle(a, b, mask)
 #endif
 
-// Note: vectors go through references, not return values: the baseline clone has no AVX registers, and GCC
-// warns that returning a 32-byte vector there has another ABI (-Wpsabi), even for an inlined helper.
-template <class V, class E>
-[[gnu::always_inline]] inline void load(V& v, const E* p) {
-  std::memcpy(&v, p, sizeof v);
-}
-
-template <class V, class E>
-[[gnu::always_inline]] inline void store(E* p, V v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using vectors::load;  // kernels/detail/vector_memory.h
+using vectors::store;
 
 // Windows j0 .. j0 + Lanes - 1 of the row pair (top, top + width). Ors the lanes' NaN mask into `nan`.
 template <int Lanes>
@@ -82,13 +75,10 @@ template <int Lanes>
   load(b1, lower_row + Lanes);
   const F a = TAPEGRAD_SHUFFLE(t0, t1, C::even), b = TAPEGRAD_SHUFFLE(t0, t1, C::odd);
   const F c = TAPEGRAD_SHUFFLE(b0, b1, C::even), d = TAPEGRAD_SHUFFLE(b0, b1, C::odd);
-  // Note: the same selections as the scalar loop in ops/max_pool.cpp: the first maximum of each pair, then the
-  // lower pair only if strictly greater. Comparisons give -1 (true) or 0 per lane.
-  const I take_b = b > a, take_d = d > c;
-  const F upper = take_b ? b : a, lower = take_d ? d : c;
-  const I take_lower = lower > upper;
-  const I tap = take_lower ? 2 - take_d : -take_b;  // 0, 1, 2 or 3
-  store(out + j0, take_lower ? lower : upper);
+  F value;
+  I tap;
+  vectors::max_of_window(a, b, c, d, value, tap);
+  store(out + j0, value);
   store(taps + j0, __builtin_convertvector(tap, typename C::Bytes));
   nan |= (a != a) | (b != b) | (c != c) | (d != d);
 }

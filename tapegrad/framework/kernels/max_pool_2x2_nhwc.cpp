@@ -12,6 +12,8 @@
 #include <omp.h>
 
 #include <tapegrad/framework/detail/parallel_loop.h>
+#include <tapegrad/framework/kernels/detail/max_pool_2x2_rule.h>
+#include <tapegrad/framework/kernels/detail/vector_memory.h>
 #include <tapegrad/framework/kernels/dispatch.h>
 
 namespace tapegrad::kernels {
@@ -61,15 +63,8 @@ struct Chunk<double> {
   typedef std::uint8_t Taps __attribute__((vector_size(8)));
 };
 
-// Note: vectors go through references, not return values (GCC's -Wpsabi for the baseline clone).
-template <class V, class E>
-[[gnu::always_inline]] inline void load(V& v, const E* p) {
-  std::memcpy(&v, p, sizeof v);
-}
-template <class V, class E>
-[[gnu::always_inline]] inline void store(E* p, const V& v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using vectors::load;  // kernels/detail/vector_memory.h
+using vectors::store;
 
 // which[l] = taps[l], one lane per tap. Note: by shifts of the 32-bit words holding four taps each:
 // __builtin_convertvector from a vector of bytes compiled to one byte extract and insert per lane in GCC 12.
@@ -116,8 +111,7 @@ template <class T>
                              top + (p.w + 2 * j + 1) * c};
     T* o = out + (row * p.ow + j) * c;
     std::uint8_t* t = taps + (row * p.ow + j) * c;
-    // Note: the NCHW kernels' selection: the first maximum of each pair, then the lower pair only if strictly
-    // greater; without NaNs that is the first maximum in tap order. Comparisons give -1 (true) or 0 per lane.
+    // Note: the NCHW kernel's selection rule (kernels/detail/max_pool_2x2_rule.h), so both give the same taps.
     over_channels(
         c, C::lanes,
         [&](std::int64_t k) {
@@ -126,11 +120,10 @@ template <class T>
           load(b, tap[1] + k);
           load(cc, tap[2] + k);
           load(d, tap[3] + k);
-          const M take_b = b > a, take_d = d > cc;
-          const V upper = take_b ? b : a, lower = take_d ? d : cc;
-          const M take_lower = lower > upper;
-          const M which = take_lower ? 2 - take_d : -take_b;  // 0, 1, 2 or 3
-          store(o + k, take_lower ? lower : upper);
+          V value;
+          M which;
+          vectors::max_of_window(a, b, cc, d, value, which);
+          store(o + k, value);
           store(t + k, __builtin_convertvector(which, typename C::Taps));
           // Note: x - x is 0 for a finite x, NaN for a NaN (or an infinity: then the row is checked for nothing).
           // Not a != a, which GCC 12 compiled to one scalar compare per lane for these 64-byte vectors.
