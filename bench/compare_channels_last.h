@@ -8,13 +8,19 @@
 // at its second convolution (whose weight is channels-last).
 #pragma once
 
-// One training step per measured step, converting the batch to channels-last inside the step.
+// One training step per measured step, converting the batch to channels-last inside the step; with `autocast`
+// the forward and the loss run under AutocastGuard (bfloat16), backward and the step after it.
 void measure_training_channels_last(const Settings& settings, const std::string& name, nn::Module& model,
-                                    optim::Optimizer& optimizer, const Tensor& input, const Tensor& labels) {
+                                    optim::Optimizer& optimizer, const Tensor& input, const Tensor& labels,
+                                    bool autocast = false) {
   model.to(MemoryFormat::ChannelsLast);
   measure(settings, name, static_cast<double>(input.size(0)), [&] {
     optimizer.zero_grad();
-    Tensor loss = cross_entropy(model.forward(input.contiguous(MemoryFormat::ChannelsLast)), labels);
+    Tensor loss;
+    {
+      AutocastGuard guard(DType::BFloat16, autocast);
+      loss = cross_entropy(model.forward(input.contiguous(MemoryFormat::ChannelsLast)), labels);
+    }
     loss.backward();
     optimizer.step();
   });
@@ -38,33 +44,18 @@ void run_resnet_cl(const Settings& settings) {
 
 // cnn_bf16_cl, resnet_bf16_cl: the channels-last workloads with the forward and loss under bfloat16 autocast
 // (both of issue 42's switches at once, as a user of both would train).
-void measure_training_bf16_channels_last(const Settings& settings, const std::string& name, nn::Module& model,
-                                         optim::Optimizer& optimizer, const Tensor& input, const Tensor& labels) {
-  model.to(MemoryFormat::ChannelsLast);
-  measure(settings, name, static_cast<double>(input.size(0)), [&] {
-    optimizer.zero_grad();
-    Tensor loss;
-    {
-      AutocastGuard autocast(DType::BFloat16);
-      loss = cross_entropy(model.forward(input.contiguous(MemoryFormat::ChannelsLast)), labels);
-    }
-    loss.backward();
-    optimizer.step();
-  });
-}
-
 void run_cnn_bf16_cl(const Settings& settings) {
   const std::int64_t batch = 64;
   auto model = make_cnn();
   optim::Adam optimizer(model->parameters(), optim::AdamOptions{});
-  measure_training_bf16_channels_last(settings, "cnn_bf16_cl", *model, optimizer, randn({batch, 1, 28, 28}),
-                                      randint(0, 10, {batch}));
+  measure_training_channels_last(settings, "cnn_bf16_cl", *model, optimizer, randn({batch, 1, 28, 28}),
+                                 randint(0, 10, {batch}), true);
 }
 
 void run_resnet_bf16_cl(const Settings& settings) {
   const std::int64_t batch = 64;
   auto model = make_resnet();
   optim::SGD optimizer(model->parameters(), sgd_momentum());
-  measure_training_bf16_channels_last(settings, "resnet_bf16_cl", *model, optimizer, randn({batch, 3, 32, 32}),
-                                      randint(0, 10, {batch}));
+  measure_training_channels_last(settings, "resnet_bf16_cl", *model, optimizer, randn({batch, 3, 32, 32}),
+                                 randint(0, 10, {batch}), true);
 }

@@ -67,6 +67,12 @@ template <class Vector, class Scalar>
   for (; c < width; ++c) scalar(c);
 }
 
+// v[k] = the 8 lanes at p + k * 8, for a chunk's K vectors of per-channel coefficients.
+template <int K, class V, class E>
+[[gnu::always_inline]] inline void load_chunk(V (&v)[K], const E* p) {
+  for (int k = 0; k < K; ++k) load(v[k], p + k * kLanes);
+}
+
 // sums[k * 8 ..] += acc[k] for a chunk's K vectors of register sums (the end of a tile's walk).
 template <int K>
 [[gnu::always_inline]] inline void add_chunk_sums(double* sums, const Wide (&acc)[K]) {
@@ -101,12 +107,8 @@ template <class T>
       width,
       [&](auto k_chunks, std::int64_t c0) {
         constexpr int K = decltype(k_chunks)::value;
-        Wide s[K], a[K], q[K];
-        for (int k = 0; k < K; ++k) {
-          load(s[k], shift + c0 + k * kLanes);
-          a[k] = Wide{};
-          q[k] = Wide{};
-        }
+        Wide s[K], a[K] = {}, q[K] = {};
+        load_chunk(s, shift + c0);
         for (std::int64_t r = 0; r < rows; ++r)
           for (int k = 0; k < K; ++k) {
             V v;
@@ -141,11 +143,9 @@ template <bool Relu, class T>
       [&](auto k_chunks, std::int64_t c0) {
         constexpr int K = decltype(k_chunks)::value;
         V s[K], m[K], o[K];
-        for (int k = 0; k < K; ++k) {
-          load(s[k], shift + c0 + k * kLanes);
-          load(m[k], scale + c0 + k * kLanes);
-          load(o[k], offset + c0 + k * kLanes);
-        }
+        load_chunk(s, shift + c0);
+        load_chunk(m, scale + c0);
+        load_chunk(o, offset + c0);
         for (std::int64_t r = 0; r < rows; ++r)
           for (int k = 0; k < K; ++k) {
             V v;
@@ -172,17 +172,13 @@ template <bool Relu, class T>
       width,
       [&](auto k_chunks, std::int64_t c0) {
         constexpr int K = decltype(k_chunks)::value;
-        Wide mu[K], a[K], b[K];
+        Wide mu[K], a[K] = {}, b[K] = {};
         V ms[K], mm[K], mo[K];
-        for (int k = 0; k < K; ++k) {
-          load(mu[k], mean + c0 + k * kLanes);
-          a[k] = Wide{};
-          b[k] = Wide{};
-          if constexpr (Relu) {
-            load(ms[k], mask.shift + c0 + k * kLanes);
-            load(mm[k], mask.scale + c0 + k * kLanes);
-            load(mo[k], mask.offset + c0 + k * kLanes);
-          }
+        load_chunk(mu, mean + c0);
+        if constexpr (Relu) {
+          load_chunk(ms, mask.shift + c0);
+          load_chunk(mm, mask.scale + c0);
+          load_chunk(mo, mask.offset + c0);
         }
         for (std::int64_t r = 0; r < rows; ++r)
           for (int k = 0; k < K; ++k) {
@@ -223,15 +219,13 @@ template <bool Relu, class T>
       [&](auto k_chunks, std::int64_t c0) {
         constexpr int K = decltype(k_chunks)::value;
         V mu[K], va[K], vb[K], vd[K], mm[K], mo[K];
-        for (int k = 0; k < K; ++k) {
-          load(mu[k], mean + c0 + k * kLanes);
-          load(va[k], a + c0 + k * kLanes);
-          load(vb[k], b + c0 + k * kLanes);
-          load(vd[k], d + c0 + k * kLanes);
-          if constexpr (Relu) {
-            load(mm[k], mask.scale + c0 + k * kLanes);
-            load(mo[k], mask.offset + c0 + k * kLanes);
-          }
+        load_chunk(mu, mean + c0);
+        load_chunk(va, a + c0);
+        load_chunk(vb, b + c0);
+        load_chunk(vd, d + c0);
+        if constexpr (Relu) {
+          load_chunk(mm, mask.scale + c0);
+          load_chunk(mo, mask.offset + c0);
         }
         for (std::int64_t r = 0; r < rows; ++r)
           for (int k = 0; k < K; ++k) {
