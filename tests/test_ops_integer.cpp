@@ -2,6 +2,7 @@
 // comparison masks summed and read with item<T>(), prod with its gradient, and libtorch's Scalar method
 // forms on int64 tensors (PyTorch's type promotion). Values against PyTorch 1.13
 // (tests/reference/make_integer_reference.py), exact for every integer result.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -240,6 +241,10 @@ TEST_CASE("prod gradients and second derivatives are right") {
       return y * y;
     };
     TAPEGRAD_RC_GRADCHECK(f, std::vector<Tensor>{x});
-    TAPEGRAD_RC_GRADGRADCHECK(f, std::vector<Tensor>{x});
+    // Note: double backward through an exact 0 is refused by design (the case above checks the message), and
+    // gen::tensor's values lie on a grid that holds 0, so such draws check the first derivative only.
+    const std::vector<double> values = x.to_vector();
+    if (std::none_of(values.begin(), values.end(), [](double v) { return v == 0.0; }))
+      TAPEGRAD_RC_GRADGRADCHECK(f, std::vector<Tensor>{x});
   });
 }
