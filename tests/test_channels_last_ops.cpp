@@ -108,6 +108,49 @@ TEST_CASE("contiguous(ChannelsLast) lays out the NHWC array and keeps the values
   CHECK(sliced.contiguous(CL).is_contiguous(CL));
 }
 
+
+TEST_CASE("dense conversions both ways place every element, for every dtype, partial tiles, offsets and threads") {
+  // Note: dense tensors convert by a tiled transpose of each sample's plane (detail/plane_transpose.h, 32 x 32
+  // tiles): these shapes leave partial tiles on both sides, one is long enough to split across threads, and the
+  // narrowed hosts start at a storage offset. Each element is checked against its index, not another conversion.
+  const auto value = [](std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
+    return static_cast<double>((n * 7 + c * 13 + h * 3 + w) % 251);  // exact in every dtype, bfloat16 included
+  };
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  for (const Shape& shape : {Shape{3, 37, 5, 9}, Shape{2, 70, 33, 2}, Shape{1, 1, 1, 1}, Shape{2, 64, 32, 33},
+                             Shape{2, 3, 1, 40}, Shape{0, 5, 2, 2}}) {
+    const std::int64_t N = shape[0], C = shape[1], H = shape[2], W = shape[3];
+    std::vector<double> values;
+    for (std::int64_t n = 0; n < N + 1; ++n)  // one extra sample: the narrowed views start past it
+      for (std::int64_t c = 0; c < C; ++c)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t w = 0; w < W; ++w) values.push_back(value(n, c, h, w));
+    for (DType dtype : {DType::Float32, DType::Float64, DType::Int64, DType::BFloat16}) {
+      CAPTURE(shape_string(shape), dtype_name(dtype));
+      const Tensor host = from_vector(values, {N + 1, C, H, W}).to(dtype);
+      const Tensor x = host.narrow(0, 1, N);  // row-major, dense, at an offset of one sample
+      REQUIRE(x.is_contiguous());
+      const Tensor y = x.contiguous(CL);
+      REQUIRE(y.is_contiguous(CL));
+      const std::vector<double> nhwc = y.permute({0, 2, 3, 1}).contiguous().to_vector();
+      bool placed = true;
+      for (std::int64_t n = 0; n < N; ++n)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t w = 0; w < W; ++w)
+            for (std::int64_t c = 0; c < C; ++c)
+              placed = placed && nhwc[static_cast<std::size_t>(((n * H + h) * W + w) * C + c)] == value(n + 1, c, h, w);
+      CHECK(placed);
+      // And back: a dense channels-last tensor at an offset (a narrowed channels-last host) to row-major.
+      const Tensor cl_view = host.contiguous(CL).narrow(0, 1, N);
+      REQUIRE(cl_view.is_contiguous(CL));
+      const Tensor back = cl_view.contiguous();
+      REQUIRE(back.is_contiguous());
+      CHECK(back.to_vector() == std::vector<double>(values.begin() + C * H * W, values.end()));
+    }
+  }
+  set_num_threads(threads);
+}
 TEST_CASE("empty, empty_like and the *_like factories keep channels-last (PyTorch's Preserve)") {
   const Tensor x = leaf({2, 3, 4, 5}, 'c', 1).detach();
   const std::vector<double> want = answer("misc/answer");  // empty_like, zeros_like, ones_like first

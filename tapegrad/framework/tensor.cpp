@@ -8,6 +8,8 @@
 
 #include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/memory_format.h>
+#include <tapegrad/framework/detail/plane_transpose.h>
 #include <tapegrad/framework/detail/strided.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 
@@ -79,10 +81,17 @@ Tensor contiguous_values(const Tensor& t) {
   if (!t.defined() || t.impl()->contiguous) return t;
   const TensorImpl& from = *t.impl();
   Tensor out = empty(from.shape, from.dtype);
+  // A dense channels-last tensor (the common case: a channels-last map handed to a row-major op) converts as a
+  // transpose of each sample's [H*W, C] plane (detail/plane_transpose.h says why).
+  const bool dense_nhwc = is_channels_last_layout(from.shape, from.strides);
   dispatch_moves(from.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(from.storage->data());
     T* dst = out.data<T>();
+    if (dense_nhwc) {
+      const Shape& s = from.shape;
+      return transpose_planes(src + from.offset, dst, s[0], s[2] * s[3], s[1]);
+    }
     for_each_run(from.shape, from.strides, from.offset,
                  [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
                    for (std::int64_t k = 0; k < inner; ++k) dst[o + k] = src[s + k * step];

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include <tapegrad/framework/detail/dispatch.h>
+#include <tapegrad/framework/detail/plane_transpose.h>
 #include <tapegrad/framework/detail/strided.h>
 #include <tapegrad/framework/detail/tensor_impl.h>
 
@@ -166,6 +167,10 @@ Tensor channels_last_values(const Tensor& t) {
     using T = decltype(tag);
     const T* src = static_cast<const T*>(from.storage->data());
     T* dst = static_cast<T*>(out.raw_data(MemoryFormat::ChannelsLast));
+    // A dense row-major tensor (the common case: an input batch, a row-major op's output) converts as a transpose
+    // of each sample's [C, H*W] plane (detail/plane_transpose.h says why).
+    if (from.contiguous)
+      return transpose_planes(src + from.offset, dst, from.shape[0], from.shape[1], from.shape[2] * from.shape[3]);
     for_each_run(nhwc_shape, nhwc_strides, from.offset,
                  [&](std::int64_t o, std::int64_t s, std::int64_t inner, std::int64_t step) {
                    for (std::int64_t k = 0; k < inner; ++k) dst[o + k] = src[s + k * step];
