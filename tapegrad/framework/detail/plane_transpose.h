@@ -8,7 +8,6 @@
 // float32 [64, 32, 28, 28] to channels-last 0.93 -> 0.61 ms, back 1.45 -> 0.89 ms; [64, 64, 14, 14] 0.32 -> 0.25
 // and 0.46 -> 0.27 ms; [64, 256, 4, 4] 0.10 -> 0.07 and 0.15 -> 0.06 ms. The input batch of every channels-last
 // training step and the global average pool's input pay it.
-#include <algorithm>
 #include <cstdint>
 
 #include <tapegrad/framework/detail/parallel_loop.h>
