@@ -304,9 +304,13 @@ Tensor detail::packed_self_attention(const Tensor& qkv_in, std::int64_t heads, c
                                   row_log_total.data<T>());
   });
   return record_if_needed(op, out, {qkv}, [&] {
-    return [p, sqkv = SavedTensor(qkv, op), mask, sshift = SavedTensor(row_shift, op),
-            slog = SavedTensor(row_log_total, op), replay, keep, heads](const Tensor& g, NeedsGrad needs) {
+    // Note: the mask is saved with its version: it is often the caller's own tensor (contiguous() returns it), and
+    // the backward recomputes the weights from it, so a mask written in place since would give wrong gradients.
+    return [p, sqkv = SavedTensor(qkv, op), smask = mask.defined() ? SavedTensor(mask, op) : SavedTensor(),
+            sshift = SavedTensor(row_shift, op), slog = SavedTensor(row_log_total, op), replay, keep,
+            heads](const Tensor& g, NeedsGrad needs) {
       const Tensor& x = sqkv.get();
+      const Tensor& mask = smask.get();
       const std::int64_t L = p.L, B = x.size(1), E = x.size(2) / 3, hd = p.E;
       if (is_grad_enabled()) {
         // create_graph: the composed rules on [B * heads, L, hd] views of the thirds, differentiable in g and qkv.

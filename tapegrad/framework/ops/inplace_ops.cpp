@@ -3,6 +3,7 @@
 // write. How the record rebases the target's (or a view's base's) history: ops/inplace.cpp.
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/detail/broadcast.h>
@@ -61,6 +62,36 @@ void update_in_place(Tensor& self, const char* op, bool allow_overlap, Update up
   bump_version(impl);
 }
 
+// The storage elements [first, last] a tensor's elements span.
+std::pair<std::int64_t, std::int64_t> element_span(const TensorImpl& impl) {
+  std::int64_t first = impl.offset, last = impl.offset;
+  const Shape strides = impl.strides.size() == impl.shape.size() ? impl.strides : contiguous_strides(impl.shape);
+  for (std::size_t d = 0; d < impl.shape.size(); ++d) {
+    const std::int64_t reach = (impl.shape[d] - 1) * strides[d];
+    (reach < 0 ? first : last) += reach;
+  }
+  return {first, last};
+}
+
+// The values of `operand` for an elementwise write into `self`, contiguous.
+// Note: an operand in self's storage, other than self itself (x[1:].copy_(x[:-1]), x.add_(x[0])), would be read
+// while the write overwrites it: the loop then read its own results (the copy filled x with x[0], add_ made a
+// running sum). Its values are copied first, so the write means what it says. PyTorch 1.13 refuses such a
+// partial overlap ("some elements of the input tensor and the written-to tensor refer to a single memory
+// location"); the copy costs only these aliasing calls.
+Tensor operand_values(const Tensor& self, const Tensor& operand) {
+  Tensor values = detail::contiguous_values(operand);  // a copy already, unless operand is row-major contiguous
+  const TensorImpl &target = *self.impl(), &source = *values.impl();
+  if (source.storage != target.storage || source.numel == 0 || target.numel == 0) return values;
+  const bool same_view = source.offset == target.offset && source.shape == target.shape &&
+                         source.strides == target.strides && source.dtype == target.dtype;
+  if (same_view) return values;  // x.add_(x): each element is read before it is written
+  const auto [first, last] = element_span(source);
+  const auto [target_first, target_last] = element_span(target);
+  if (source.dtype != target.dtype || (first <= target_last && target_first <= last)) return values.detach().clone();
+  return values;
+}
+
 void check_broadcast(const Tensor& self, const Tensor& other, const char* op) {
   other.check_defined(op);
   if (broadcast_shapes(self.shape(), other.shape(), op) != self.shape())
@@ -79,7 +110,7 @@ void check_floating(const Tensor& self, const char* op) {
 
 // self = combine(self, other) elementwise, other broadcast to self's shape (same dtype).
 template <class Combine> void binary_in_place(Tensor& self, const Tensor& other, const char* op, Combine combine) {
-  const Tensor values = detail::contiguous_values(other);
+  const Tensor values = operand_values(self, other);
   update_in_place(self, op, false, [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
     detail::broadcast_binary(out, self.shape(), values.data<T>(), values.shape(), out, self.shape(),
@@ -171,7 +202,7 @@ Tensor& Tensor::copy_(const Tensor& source) {
   check_defined("copy_");
   check_broadcast(*this, source, "copy_");
   InPlaceRecord record(*this, "copy_", {source});
-  const Tensor converted = detail::contiguous_values(source.detach().to(dtype()));
+  const Tensor converted = operand_values(*this, source.detach().to(dtype()));
   update_in_place<true>(*this, "copy_", false, [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
     detail::broadcast_binary(out, shape(), converted.data<T>(), converted.shape(), out, shape(),
@@ -276,6 +307,12 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
   check_defined("masked_fill_");
   check_broadcast(*this, mask, "masked_fill_");
   InPlaceRecord record(*this, "masked_fill_");
+  // Note: the backward reads the mask; a copy taken before the write, so that writing into the caller's mask
+  // afterwards (or a mask aliasing the target) cannot change the gradient (it silently did).
+  const Tensor kept_mask = [&] {
+    NoGradGuard no_grad;
+    return record.active() ? tapegrad::ne(mask.detach(), 0.0) : Tensor();
+  }();
   const Tensor filled = [&] {
     NoGradGuard no_grad;
     return detail::contiguous_values(tapegrad::masked_fill(detach(), mask, value));
@@ -285,8 +322,8 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, double value) {
     const T* from = filled.data<T>();
     for (std::int64_t i = 0, n = numel(); i < n; ++i) out[i] = from[i];
   });
-  record.record([mask = mask.detach()](const Tensor& g, NeedsGrad) {
-    return Grads{tapegrad::where(mask, scalar_tensor(0.0, g.dtype()), g)};
+  record.record([kept_mask](const Tensor& g, NeedsGrad) {
+    return Grads{tapegrad::where(kept_mask, scalar_tensor(0.0, g.dtype()), g)};
   });
   return *this;
 }

@@ -161,6 +161,10 @@ struct Saved {
   std::int64_t steps, batch, hidden, state;
   bool reverse;
   SavedTensor weight_hh, bias_hh, weight_hr, h0;
+  // The backward reads the outputs (h_prev of every step, and tanh's derivative for RNN): the record's own output,
+  // which the caller holds and may write in place; `output_version` makes backward refuse it then, as it refuses
+  // a modified h0 or weight (PyTorch's composite layers keep a copy and give the right gradient).
+  SavedTensor output_version;
   Tensor output, activations, cells, hidden_n, unprojected, cell_tanh;
   // Packed input only (else empty): rows per time step and their offsets.
   std::vector<std::int64_t> batch_sizes, offsets;
@@ -240,7 +244,7 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
   else if (c0.defined()) fail("{}: c0 is only for LSTM", op);
 
   const bool lstm = kind == RecurrentKind::LSTM;
-  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   if (packed_input) {
     saved.batch_sizes = batch_sizes;
     for (std::int64_t t = 0, offset = 0; t < T; offset += batch_sizes[static_cast<std::size_t>(t)], ++t)
@@ -270,6 +274,7 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
     if (bias_hh.defined()) saved.bias_hh = SavedTensor(bias_hh, op);
     if (weight_hr.defined()) saved.weight_hr = SavedTensor(weight_hr, op);
     saved.h0 = SavedTensor(h0, op);
+    saved.output_version = SavedTensor(saved.output, op);
     return [saved = std::move(saved)](const Tensor& grad, NeedsGrad needs) { return backward_of(saved, grad, needs); };
   });
   RecurrentSequence result;
@@ -289,6 +294,7 @@ std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad ne
     fail("{}: the fused recurrent op has a first-order backward only (backward with create_graph=true, or a "
          "second derivative, is not supported)",
          op);
+  s.output_version.get();  // throws when the outputs were written in place since the forward
   const Tensor w = values_of(s.weight_hh.get()), h0 = values_of(s.h0.get());
   const Tensor bias = s.bias_hh.get().defined() ? values_of(s.bias_hh.get()) : Tensor();
   const Tensor w_r = s.weight_hr.get().defined() ? values_of(s.weight_hr.get()) : Tensor();
