@@ -91,10 +91,9 @@ template <int Lanes>
   using F = typename C::Floats;
   using I = typename C::Ints;
   F grad;
-  typename C::Bytes tap_bytes;
+  I tap;
   load(grad, g + j0);
-  load(tap_bytes, taps + j0);
-  const I tap = __builtin_convertvector(tap_bytes, I);
+  vectors::widen_taps<Lanes>(taps + j0, tap);
   const F zero = {};
   const F a = tap == 0 ? grad : zero, b = tap == 1 ? grad : zero;
   const F c = tap == 2 ? grad : zero, d = tap == 3 ? grad : zero;

@@ -66,21 +66,6 @@ struct Chunk<double> {
 using vectors::load;  // kernels/detail/vector_memory.h
 using vectors::store;
 
-// which[l] = taps[l], one lane per tap. Note: by shifts of the 32-bit words holding four taps each:
-// __builtin_convertvector from a vector of bytes compiled to one byte extract and insert per lane in GCC 12.
-template <class T>
-[[gnu::always_inline]] inline void widen_taps(const std::uint8_t* taps, typename Chunk<T>::Masks& which) {
-  using M = typename Chunk<T>::Masks;
-  std::uint32_t w[Chunk<T>::lanes / 4];
-  std::memcpy(w, taps, sizeof w);
-  M words, shifts;
-  for (int l = 0; l < Chunk<T>::lanes; ++l) {
-    words[l] = w[l / 4];
-    shifts[l] = 8 * (l % 4);
-  }
-  which = (words >> shifts) & 0xff;
-}
-
 // chunk(k0) for chunks of `lanes` channels covering [0, c), the last one overlapping its neighbour instead of
 // leaving a remainder (recomputing a few channels writes the same values again); scalar(k) for each channel when
 // c < lanes.
@@ -173,7 +158,7 @@ template <class T>
           V grad;
           M which;
           load(grad, gv + k);
-          widen_taps<T>(t + k, which);
+          vectors::widen_taps<Chunk<T>::lanes>(t + k, which);
           const V zero = {};
           store(a + k, which == 0 ? grad : zero);
           store(b + k, which == 1 ? grad : zero);

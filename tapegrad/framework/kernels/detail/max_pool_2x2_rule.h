@@ -5,6 +5,9 @@
 // maximum in tap order; the callers check for NaNs themselves.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
+
 namespace tapegrad::kernels::vectors {
 
 /// Per lane, value = the window's maximum by the rule above and tap = its position (0 a, 1 b, 2 c, 3 d).
@@ -16,6 +19,22 @@ template <class V, class M>
   const M take_lower = lower > upper;
   value = take_lower ? lower : upper;
   tap = take_lower ? 2 - take_d : -take_b;
+}
+
+/// which[l] = taps[l] for the Lanes (a multiple of 4) one-byte taps saved by the forward, one integer lane each.
+/// Note: by shifts of the 32-bit words holding four taps each: __builtin_convertvector from a vector of bytes
+/// compiled to one byte extract and insert per lane in GCC 12 (objdump: 30 movzbl/pinsrd in the NCHW backward).
+template <int Lanes, class M>
+[[gnu::always_inline]] inline void widen_taps(const std::uint8_t* taps, M& which) {
+  static_assert(Lanes % 4 == 0, "widen_taps: whole 32-bit words of taps");
+  std::uint32_t w[Lanes / 4];
+  std::memcpy(w, taps, sizeof w);
+  M words, shifts;
+  for (int l = 0; l < Lanes; ++l) {
+    words[l] = w[l / 4];
+    shifts[l] = 8 * (l % 4);
+  }
+  which = (words >> shifts) & 0xff;
 }
 
 }  // namespace tapegrad::kernels::vectors
