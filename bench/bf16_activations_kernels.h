@@ -14,8 +14,9 @@
   out = static_cast<bf16>((b & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
-// Note: a block of rows sums in float registers-sized partials, then into double, so 65536 rows of float
-// accumulation cannot drift (the statistics of A and B must differ by the activations' rounding only).
+// Note: each block of 64 rows sums into per-channel float partials, which are added into double totals, so the
+// float accumulation never runs over more than 64 values (a batch holds up to 65536 rows) and the statistics of A
+// and B differ by the activations' rounding only.
 constexpr i64 kRowBlock = 64;
 
 template <class T>
