@@ -144,3 +144,68 @@ TEST_CASE("masked_fill_'s gradient uses the mask as the op used it") {
   if (error == "<no error>") CHECK(x.grad().to_vector() == std::vector<double>{1, 0, 1});
   else CHECK_THAT(error, Catch::Contains("masked_fill_") && Catch::Contains("modified in place"));
 }
+
+TEST_CASE("index_put and index_put_ differentiate through the indices they used") {
+  for (const bool in_place : {false, true}) {
+    CAPTURE(in_place);
+    Tensor x = tensor({1, 2, 3}, {3}, f64).requires_grad_();
+    Tensor v = tensor({10}, {1}, f64).requires_grad_();
+    Tensor index = from_vector(std::vector<std::int64_t>{0}, {1});
+    Tensor y = x * 1.0;
+    Tensor z = in_place ? y.index_put_({index}, v) : index_put(y, {index}, v);
+    index.fill_(2.0);
+    const std::string error = error_of([&] { sum(z * tensor({1, 2, 3}, {3}, f64)).backward(); });
+    if (error == "<no error>") {
+      CHECK(x.grad().to_vector() == std::vector<double>{0, 2, 3});
+      CHECK(v.grad().to_vector() == std::vector<double>{1});
+    } else {
+      CHECK_THAT(error, Catch::Contains("index_put") && Catch::Contains("modified in place"));
+    }
+  }
+}
+
+// Found: a batch of 0 sequences (a [0, T, I] batch_first input: an empty shard or last batch) made RNN, LSTM and GRU
+// throw an error about the internal op ("rnn_tanh: expected input_projection [T >= 1, B >= 1, ...]"), and the
+// cells likewise. PyTorch 1.13 returns empty outputs and states, and zero gradients:
+//   m = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True); r = m(torch.zeros(0, 5, 3))
+//   # r[0]: [0, 5, 8], h_n and c_n: [4, 0, 4]; r[0].sum().backward() gives every parameter a zero gradient
+//   torch.nn.LSTMCell(3, 4)(torch.zeros(0, 3))  # h, c: [0, 4]
+TEST_CASE("recurrent layers and cells take a batch of 0 sequences as PyTorch does") {
+  for (const char* kind : {"rnn", "lstm", "gru"}) {
+    CAPTURE(kind);
+    std::shared_ptr<nn::RecurrentBase> m;
+    auto configure = [](auto options) {
+      return options.with_num_layers(2).with_bidirectional(true).with_batch_first(true).with_dtype(DType::Float64);
+    };
+    if (kind[0] == 'r') m = std::make_shared<nn::RNN>(configure(nn::RNNOptions(3, 4)));
+    if (kind[0] == 'l') m = std::make_shared<nn::LSTM>(configure(nn::LSTMOptions(3, 4)));
+    if (kind[0] == 'g') m = std::make_shared<nn::GRU>(configure(nn::GRUOptions(3, 4)));
+    Tensor x = zeros({0, 5, 3}, f64).requires_grad_();
+    Tensor output, h_n, c_n;
+    if (auto* lstm = dynamic_cast<nn::LSTM*>(m.get())) {
+      nn::LSTMResult r = lstm->forward_with_state(x);
+      output = r.output, h_n = r.h_n, c_n = r.c_n;
+    } else if (auto* rnn = dynamic_cast<nn::RNN*>(m.get())) {
+      nn::RNNResult r = rnn->forward_with_state(x);
+      output = r.output, h_n = r.h_n;
+    } else {
+      nn::RNNResult r = dynamic_cast<nn::GRU&>(*m).forward_with_state(x);
+      output = r.output, h_n = r.h_n;
+    }
+    CHECK(output.shape() == Shape{0, 5, 8});
+    CHECK(h_n.shape() == Shape{4, 0, 4});
+    if (c_n.defined()) CHECK(c_n.shape() == Shape{4, 0, 4});
+    sum(output).backward();
+    CHECK(x.grad().shape() == Shape{0, 5, 3});
+    for (const auto& [name, p] : m->named_parameters()) {
+      CAPTURE(name);
+      REQUIRE(p.grad().defined());
+      CHECK(max(abs(p.grad())).item() == 0.0);
+    }
+  }
+  nn::LSTMCell cell(nn::LSTMCellOptions(3, 4));
+  nn::LSTMCellState state = cell.forward_with_state(zeros({0, 3}), Tensor(), Tensor());
+  CHECK(state.h.shape() == Shape{0, 4});
+  CHECK(state.c.shape() == Shape{0, 4});
+  CHECK(nn::GRUCell(nn::GRUCellOptions(3, 4)).forward_with_state(zeros({0, 3}), Tensor()).shape() == Shape{0, 4});
+}

@@ -269,6 +269,24 @@ void put_in_place(const Tensor& x, const std::vector<TensorIndex>& indices, cons
   bump_version(x);
 }
 
+
+// The index list with private copies of its tensors, for a backward: it reads the indices again, and the
+// caller's index tensors may be written in place before it runs (a reused index buffer), which silently moved
+// the gradients; PyTorch refuses that backward, a copy keeps the indices the op used.
+std::vector<TensorIndex> frozen(const std::vector<TensorIndex>& indices) {
+  std::vector<TensorIndex> out;
+  out.reserve(indices.size());
+  for (const TensorIndex& i : indices) {
+    if (i.kind() != TensorIndex::Kind::Tensor || !i.tensor().defined()) {
+      out.push_back(i);
+      continue;
+    }
+    const Tensor copy = i.tensor().detach().clone();
+    out.push_back(i.is_mask() ? TensorIndex(indexing::Mask(copy)) : TensorIndex(copy));
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor nonzero(const Tensor& mask) {
@@ -304,7 +322,7 @@ Tensor index_put(const Tensor& x, const std::vector<TensorIndex>& indices, const
   Tensor out = x.detach().clone();
   put_in_place(out, indices, values.detach(), "index_put");
   return record_if_needed("index_put", out, {x, values}, [&] {
-    return [indices, vs = values.shape()](const Tensor& g, NeedsGrad needs) {
+    return [indices = frozen(indices), vs = values.shape()](const Tensor& g, NeedsGrad needs) {
       return std::vector<Tensor>{needs[0] ? index_put(g, indices, scalar_tensor(0.0, g.dtype())) : Tensor(),
                                  needs[1] ? sum_to(index(g, indices), vs) : Tensor()};
     };
@@ -323,7 +341,8 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
   values.check_defined("index_put_");
   detail::InPlaceRecord record(*this, "index_put_", {values});
   put_in_place(*this, indices, values.detach(), "index_put_");
-  record.record([indices, vs = values.shape()](const Tensor& g, NeedsGrad needs) {
+  record.record([indices = record.active() ? frozen(indices) : indices, vs = values.shape()](const Tensor& g,
+                                                                                          NeedsGrad needs) {
     return std::vector<Tensor>{needs[0] ? tapegrad::index_put(g, indices, scalar_tensor(0.0, g.dtype())) : Tensor(),
                                needs[1] ? sum_to(tapegrad::index(g, indices), vs) : Tensor()};
   });

@@ -198,6 +198,29 @@ detail::RecurrentBuffers<S> buffers_of(const Saved& s, const Tensor& weight_hh, 
 
 std::vector<Tensor> backward_of(const Saved& s, const Tensor& grad, NeedsGrad needs);
 
+// A batch of 0 sequences (padded input [T, 0, G*H]), as PyTorch: empty outputs [T, 0, P] and states [0, P] / [0, H],
+// recorded so that backward runs and gives every input a zero gradient. (The kernels assume rows to work on.)
+RecurrentSequence empty_batch(const char* op, RecurrentKind kind, std::int64_t T, std::int64_t P, std::int64_t H,
+                              const std::vector<Tensor>& inputs, bool reverse, bool final_states) {
+  const DType dtype = inputs[0].dtype();
+  Tensor output = record_if_needed(op, empty({T, 0, P}, dtype), inputs, [&] {
+    std::vector<Shape> shapes;
+    for (const Tensor& input : inputs) shapes.push_back(input.defined() ? input.shape() : Shape{});
+    return [shapes, dtype](const Tensor&, NeedsGrad needs) {
+      std::vector<Tensor> grads(shapes.size());
+      for (std::size_t i = 0; i < shapes.size(); ++i)
+        if (needs[i]) grads[i] = zeros(shapes[i], TensorOptions{}.with_dtype(dtype));
+      return grads;
+    };
+  });
+  RecurrentSequence result;
+  result.output = output;
+  if (!final_states) return result;
+  result.h_n = output.select(0, reverse ? 0 : T - 1);
+  if (kind == RecurrentKind::LSTM) result.c_n = empty({0, H}, dtype);
+  return result;
+}
+
 }  // namespace
 
 RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_projection, const Tensor& weight_hh,
@@ -215,8 +238,8 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
     if (input_projection.dim() != 3)
       fail("{}: expected input_projection [T, B, G*H], got {}", op, shape_string(input_projection.shape()));
     T = input_projection.size(0), B = input_projection.size(1), N = T * B, GH = input_projection.size(2);
-    if (T < 1 || B < 1 || GH < G || GH % G != 0)
-      fail("{}: expected input_projection [T >= 1, B >= 1, {} * hidden_size], got {}", op, G,
+    if (T < 1 || GH < G || GH % G != 0)
+      fail("{}: expected input_projection [T >= 1, B, {} * hidden_size], got {}", op, G,
            shape_string(input_projection.shape()));
   } else {
     if (input_projection.dim() != 2)
@@ -244,6 +267,8 @@ RecurrentSequence recurrent_sequence(RecurrentKind kind, const Tensor& input_pro
   else if (c0.defined()) fail("{}: c0 is only for LSTM", op);
 
   const bool lstm = kind == RecurrentKind::LSTM;
+  if (N == 0) return empty_batch(op, kind, T, P, H, {input_projection, weight_hh, bias_hh, h0, c0, weight_hr},
+                                 reverse, final_states);
   Saved saved{kind, T, B, H, P, reverse, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   if (packed_input) {
     saved.batch_sizes = batch_sizes;
