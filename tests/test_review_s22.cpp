@@ -209,3 +209,17 @@ TEST_CASE("recurrent layers and cells take a batch of 0 sequences as PyTorch doe
   CHECK(state.c.shape() == Shape{0, 4});
   CHECK(nn::GRUCell(nn::GRUCellOptions(3, 4)).forward_with_state(zeros({0, 3}), Tensor()).shape() == Shape{0, 4});
 }
+
+// Found: pack_padded_sequence of a batch of 0 sequences read the first element of an empty order (undefined
+// behaviour: std::vector::front() of an empty vector). PyTorch 1.13 refuses it:
+//   pack_padded_sequence(torch.zeros(5, 0, 3), torch.zeros(0, dtype=torch.int64))
+//   # RuntimeError: Cannot pack empty tensors.
+TEST_CASE("pack_padded_sequence refuses a batch of 0 sequences with PyTorch's message") {
+  for (const bool enforce_sorted : {true, false}) {
+    CAPTURE(enforce_sorted);
+    CHECK_THAT(error_of([&] { nn::pack_padded_sequence(zeros({5, 0, 3}), std::vector<std::int64_t>{}, false, enforce_sorted); }),
+               Catch::Contains("pack_padded_sequence: Cannot pack empty tensors"));
+    CHECK_THAT(error_of([&] { nn::pack_padded_sequence(zeros({0, 5, 3}), std::vector<std::int64_t>{}, true, enforce_sorted); }),
+               Catch::Contains("pack_padded_sequence: Cannot pack empty tensors"));
+  }
+}

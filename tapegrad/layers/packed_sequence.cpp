@@ -60,6 +60,8 @@ PackedSequence pack_padded_sequence(const Tensor& input, const std::vector<std::
   const std::int64_t T = x.size(0), B = x.size(1);
   if (static_cast<std::int64_t>(lengths.size()) != B)
     fail("{}: Expected `len(lengths)` to be equal to batch_size, but got {} (batch_size={})", op, lengths.size(), B);
+  // Note: an empty batch has no longest sequence to size the steps by (order.front() below).
+  if (B == 0) fail("{}: Cannot pack empty tensors (a batch of 0 sequences, input {})", op, shape_string(input.shape()));
   for (std::int64_t n : lengths) {
     if (n <= 0)
       fail("{}: Length of all samples has to be greater than 0, but found an element in 'lengths' that is <= 0", op);
