@@ -3,9 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "support/error_of.h"
 #include <tapegrad/tapegrad.h>
@@ -222,4 +226,28 @@ TEST_CASE("pack_padded_sequence refuses a batch of 0 sequences with PyTorch's me
     CHECK_THAT(error_of([&] { nn::pack_padded_sequence(zeros({0, 5, 3}), std::vector<std::int64_t>{}, true, enforce_sorted); }),
                Catch::Contains("pack_padded_sequence: Cannot pack empty tensors"));
   }
+}
+
+// Found: a CSV file starting with a UTF-8 byte order mark (Excel's "CSV UTF-8" export) could not name its first
+// column: the mark became part of the name, and CsvDataset refused with "line 1 (header) has no column 'label'"
+// for a file whose first line reads "label,x" (pandas.read_csv skips the mark). The mark is skipped now, and the
+// refusal lists the header's columns.
+TEST_CASE("CsvDataset skips a UTF-8 byte order mark and names the header's columns when one is missing") {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / ("tapegrad_review_s22_" + std::to_string(::getpid()) + ".csv");
+  std::ofstream(path, std::ios::binary) << "\xEF\xBB\xBFlabel,x\n1,2.5\n0,-1\n";
+  data::CsvOptions options;
+  options.target = "label";
+  std::string error = error_of([&] {
+    data::CsvDataset csv(path.string(), options);
+    REQUIRE(csv.size() == 2);
+    const data::Example row = csv.get(0);
+    CHECK(row.data.to_vector() == std::vector<double>{2.5});
+    CHECK(row.target.item() == 1.0);
+  });
+  CHECK(error == "<no error>");
+  options.target = "y";
+  error = error_of([&] { data::CsvDataset(path.string(), options); });
+  CHECK_THAT(error, Catch::Contains("has no column 'y' (its columns: 'label', 'x')"));
+  fs::remove(path);
 }

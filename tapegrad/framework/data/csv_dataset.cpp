@@ -56,12 +56,17 @@ CsvDataset::CsvDataset(std::string path, CsvOptions options) : path_(std::move(p
   std::string line;
   std::int64_t number = 1;
   if (!read_line(in, line, options_.max_line_bytes, path_, number)) fail("CsvDataset: {}: empty file (no header)", path_);
+  // Note: a UTF-8 byte order mark (Excel's "CSV UTF-8", Windows tools) is not part of the first column's name;
+  // kept, it made the first column unfindable by its name ("has no column 'label'" for a file starting "label,").
+  if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
   const std::vector<std::string_view> header = split(line, options_.delimiter);
   columns_ = static_cast<std::int64_t>(header.size());
   auto column_of = [&](const std::string& name) -> std::int64_t {
     for (std::size_t c = 0; c < header.size(); ++c)
       if (header[c] == name) return static_cast<std::int64_t>(c);
-    fail("CsvDataset: {}: line 1 (header) has no column '{}'", path_, name);
+    std::string names;
+    for (const auto& column : header) names += (names.empty() ? "'" : ", '") + std::string(column) + "'";
+    fail("CsvDataset: {}: line 1 (header) has no column '{}' (its columns: {})", path_, name, names);
   };
   target_column_ = column_of(options_.target);
   if (options_.features.empty()) {
