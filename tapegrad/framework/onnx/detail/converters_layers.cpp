@@ -57,25 +57,57 @@ void conv_transpose2d(Context& c) {
          {c.output()});
 }
 
+// Note: with ceil_mode PyTorch drops a last window that would start in the right padding; ONNX's formula
+// (ceil((in + 2 pad - dilation (kernel - 1) - 1) / stride) + 1) keeps it, one row or column more. The windows
+// before it are the same in both, so the pool is emitted as ONNX sizes it and the extra row or column is sliced
+// off. Without ceil_mode the two formulas agree.
+void pool2d(Context& c, const char* onnx_op, const std::vector<Attr>& attributes, const Ints& dilation) {
+  const Value& x = c.input_value(0);
+  const Value& y = c.output_value(0);
+  const Ints kernel = c.ints("kernel"), stride = c.ints("stride"), padding = c.ints("padding");
+  const std::size_t rank = x.shape.size();
+  Ints axes, ends;
+  if (c.i("ceil_mode") != 0) {
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::size_t d = rank - 2 + i;
+      const std::int64_t span = x.shape[d] + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1;
+      const std::int64_t onnx_extent = (span + stride[i] - 1) / stride[i] + 1;
+      if (onnx_extent == y.shape[d]) continue;
+      if (x.dynamic(d) || onnx_extent != y.shape[d] + 1)
+        c.unsupported(fmt::format("ceil_mode output extent {} (ONNX's formula gives {}) on an axis that is dynamic or "
+                                  "that ONNX sizes otherwise", y.shape[d], onnx_extent));
+      axes.push_back(static_cast<std::int64_t>(d));
+      ends.push_back(y.shape[d]);
+    }
+  }
+  if (axes.empty()) {
+    c.emit(onnx_op, {c.input(0)}, attributes, {c.output()});
+    return;
+  }
+  const std::string pooled = c.emit(onnx_op, {c.input(0)}, attributes);
+  c.emit("Slice", {pooled, c.int64s(Ints(axes.size(), 0)), c.int64s(ends), c.int64s(axes)}, {}, {c.output()});
+}
+
 void max_pool2d(Context& c) {
-  c.emit("MaxPool", {c.input(0)},
+  const Ints dilation = c.ints("dilation");
+  pool2d(c, "MaxPool",
          {{"kernel_shape", c.ints("kernel")},
           {"strides", c.ints("stride")},
           {"pads", pads_of(c.ints("padding"))},
-          {"dilations", c.ints("dilation")},
+          {"dilations", dilation},
           {"ceil_mode", c.i("ceil_mode")}},
-         {c.output()});
+         dilation);
 }
 
 void avg_pool2d(Context& c) {
   if (c.i("divisor_override") != 0) c.unsupported("divisor_override has no ONNX AveragePool form");
-  c.emit("AveragePool", {c.input(0)},
+  pool2d(c, "AveragePool",
          {{"kernel_shape", c.ints("kernel")},
           {"strides", c.ints("stride")},
           {"pads", pads_of(c.ints("padding"))},
           {"ceil_mode", c.i("ceil_mode")},
           {"count_include_pad", c.i("count_include_pad")}},
-         {c.output()});
+         Ints{1, 1});
 }
 
 // Note: ONNX has no adaptive pool. A 1 x 1 output is GlobalAveragePool; an output that divides the input evenly
