@@ -99,7 +99,8 @@ TEST_CASE("MultiheadAttention's additive mask written in place before backward: 
 
 // Found: an in-place op whose operand lies in the target's own storage, partly overlapping it, read the values
 // it had already overwritten: x[1:].copy_(x[:-1]) filled x with x[0] (0,0,0,0,0,0), x[1:].add_(x[:-1]) made a
-// running sum (0,1,3,6,10,15), x[1:].mul_(x[:-1]) zeros. PyTorch 1.13 refuses all three:
+// running sum (0,1,3,6,10,15), x[1:].mul_(x[:-1]) zeros, x.index_put_({perm}, x) all x[0]. PyTorch 1.13 refuses
+// them all:
 //   x = torch.arange(6.); x[1:].copy_(x[:-1])  # RuntimeError: unsupported operation: some elements of the input
 //                                              # tensor and the written-to tensor refer to a single memory location
 // tapegrad now reads such an operand from a copy, so each gives what it says (or it may refuse, as PyTorch).
@@ -122,6 +123,11 @@ TEST_CASE("in-place ops whose operand partly overlaps the target compute from th
       // Still allowed and unchanged: the operand is the target itself, or a disjoint part of its storage.
       {"add_ itself", [](Tensor& x) { x.add_(x); }, {0, 2, 4, 6, 8, 10}},
       {"copy_ disjoint", [](Tensor& x) { x.narrow(0, 0, 3).copy_(x.narrow(0, 3, 3)); }, {3, 4, 5, 3, 4, 5}},
+      // index_put_ with the target's own values (x[perm] = x): was all x[0].
+      {"index_put_ permutation",
+       [](Tensor& x) { x.index_put_({from_vector(std::vector<std::int64_t>{1, 2, 3, 4, 5, 0}, {6})}, x); },
+       {5, 0, 1, 2, 3, 4}},
+      {"index_put_ slice", [](Tensor& x) { x.index_put_({indexing::Slice(1, 6)}, x.narrow(0, 0, 5)); }, {0, 0, 1, 2, 3, 4}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);

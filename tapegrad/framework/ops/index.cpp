@@ -244,7 +244,10 @@ void put_in_place(const Tensor& x, const std::vector<TensorIndex>& indices, cons
   Tensor ordered = expand(values, result);
   if (a.position > 0)
     ordered = permute(ordered, move_block(static_cast<std::int64_t>(result.size()), a.position, nb, 0));
-  const Tensor source = detail::contiguous_values(ordered);
+  // Note: values in x's own storage (x.index_put_({perm}, x)) would be read after the loop overwrote them (that
+  // gave all x[0]); they are copied first. PyTorch 1.13 refuses such an overlap.
+  Tensor source = detail::contiguous_values(ordered);
+  if (source.impl()->storage == x.impl()->storage) source = source.clone();
   // Storage offset of each indexed position's first element.
   const Shape indexed_strides(moved_strides.begin(), moved_strides.begin() + k);
   const Shape flat_strides = contiguous_strides(a.indexed);
