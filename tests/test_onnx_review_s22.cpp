@@ -1,6 +1,7 @@
 // Review (session 22) of the ONNX export: layers with unusual attributes, each exported, checked by ONNX's checker
 // and shape inference, and run by ONNX Runtime against tapegrad's eval output (which agrees with PyTorch 1.13 on
 // these inputs: the values below are torch's, printed by the script in each case's comment).
+#include "support/error_of.h"
 #include "support/onnx_export_check.h"
 
 using namespace tapegrad;
@@ -63,4 +64,95 @@ TEST_CASE("pools whose last ceil_mode window starts in the padding export with P
     options.dynamic_axes = {{"input", {0}}, {"output", {0}}};
     check_export(pool, plane(5), std::vector<std::string>{"*", "1", "2", "2"}, options, {cat({plane(5), plane(5), plane(5)}, 0)});
   }
+}
+
+namespace {
+
+class Lambda : public nn::Module {
+ public:
+  explicit Lambda(std::function<Tensor(const Tensor&)> f) : Module("Lambda"), f_(std::move(f)) {}
+  Tensor forward(const Tensor& input) override { return f_(input); }
+
+ private:
+  std::function<Tensor(const Tensor&)> f_;
+};
+
+Tensor normal_input(const Shape& shape) {
+  Generator generator(5);
+  return randn(shape, generator);
+}
+
+}  // namespace
+
+TEST_CASE("reductions, softmax and layout ops with negative axes, keepdim and broadcasting match ONNX Runtime") {
+  tapegrad::testing::OnnxRuntimeBatch onnx_runtime;
+  const std::vector<std::function<Tensor(const Tensor&)>> cases{
+      [](const Tensor& x) { return sum(x, {-1}, true); },
+      [](const Tensor& x) { return sum(x, {0, 2}); },
+      [](const Tensor& x) { return mean(x, {-2}); },
+      [](const Tensor& x) { return mean(x, {-1}, true); },
+      [](const Tensor& x) { return softmax(x, 1); },
+      [](const Tensor& x) { return log_softmax(x, -2); },
+      [](const Tensor& x) { return softmax(x, 0); },
+      [](const Tensor& x) { return transpose(x, -1, -3).contiguous(); },
+      [](const Tensor& x) { return unsqueeze(x, -1); },
+      [](const Tensor& x) { return select(x, -1, -1); },
+      [](const Tensor& x) { return select(x, 1, -2); },
+      [](const Tensor& x) { return flatten(x, 0, -2); },
+      [](const Tensor& x) { return squeeze(sum(x, {1}, true), 1); },
+      [](const Tensor& x) { return add(x, sum(x, {0}, true)); },
+      [](const Tensor& x) { return clamp(x, -0.5, std::numeric_limits<double>::infinity()); },
+      [](const Tensor& x) { return rsub(x, 2.0); },
+      [](const Tensor& x) { return cat({x, mul(x, 2.0)}, -1); },
+      [](const Tensor& x) { return stack({x, mul(x, 2.0)}, -1); },
+  };
+  for (const auto& f : cases) {
+    Lambda m(f);
+    check_export(m, normal_input({2, 3, 4}), dims_of(m.forward(normal_input({2, 3, 4})).shape()));
+  }
+}
+
+TEST_CASE("a tensor an untraced op computes from the input is refused, not frozen into the file as a constant") {
+  // argmax records nothing (it has no gradient): its result used to become an initializer holding the example's
+  // indices, so ONNX Runtime returned them for every input.
+  const std::string path = tapegrad::testing::onnx_temp_path("argmax");
+  Lambda as_float([](const Tensor& x) { return argmax(x, -1).to(DType::Float32); });
+  const std::string message = tapegrad::testing::error_of([&] {
+    tapegrad::onnx::export_onnx(as_float, {normal_input({2, 3, 4})}, path);
+  });
+  CHECK_THAT(message, Catch::Contains("op 'to' reads a tensor of shape [2, 3]") && Catch::Contains("argmax"));
+  Lambda direct([](const Tensor& x) { return argmax(x, 1); });
+  CHECK_THAT(tapegrad::testing::error_of([&] { tapegrad::onnx::export_onnx(direct, {normal_input({2, 3, 4})}, path); }),
+             Catch::Contains("the forward's output") && Catch::Contains("argmax"));
+  CHECK_FALSE(std::filesystem::exists(path));
+  // A constant made from no input is still exported (the same in the rerun on other values).
+  Lambda offset([](const Tensor& x) { return add(x, arange(0, 4).to(DType::Float32)); });
+  check_export(offset, normal_input({2, 3, 4}), dims_of({2, 3, 4}));
+}
+
+TEST_CASE("an attention keep-mask given as a graph input is read from the input, not frozen at the example's") {
+  // scaled_dot_product_attention read the keep-mask through Tensor::detach(), which did not report to the tracer:
+  // the export froze the example's mask into the file (now refused by the check above; with detach reported, the
+  // mask is an Identity of the input).
+  manual_seed(3);
+  const Tensor q = randn({2, 4, 8}), k = randn({2, 6, 8}), v = randn({2, 6, 5});
+  Tensor keep_a = ones({4, 6}), keep_b = ones({4, 6});
+  keep_a.narrow(1, 0, 1).fill_(0.0);
+  keep_b.narrow(1, 5, 1).fill_(0.0);
+  nn::Sequential none;
+  const tapegrad::onnx::ModuleForward forward = [](nn::Module&, const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{scaled_dot_product_attention(in[0], in[1], in[2], AttentionMask::keep(in[3]))};
+  };
+  const std::string path = tapegrad::testing::onnx_temp_path("keep_mask");
+  tapegrad::onnx::export_onnx(none, forward, {q, k, v, keep_a}, path);
+  Tensor expected;
+  {
+    NoGradGuard no_grad;
+    expected = forward(none, {q, k, v, keep_b})[0];
+  }
+  const std::vector<Tensor> got = tapegrad::testing::run_in_onnx_runtime(
+      path, {{"input_0", q}, {"input_1", k}, {"input_2", v}, {"input_3", keep_b}});
+  std::filesystem::remove(path);
+  REQUIRE(got.size() == 1);
+  CHECK(tapegrad::testing::compare_outputs(expected, got[0], 1e-5, 1e-6) == "");
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/memory_format.h>
@@ -264,7 +265,11 @@ Tensor Tensor::detach() const {
   impl->tracked_base.reset();
   impl->untracked_view = false;
   impl->history = 0;
-  return Tensor(impl);
+  Tensor out(impl);
+  // Note: the ONNX exporter must see that the result is its input's values (an Identity), or it takes it for a
+  // constant made during the forward and freezes the example's values into the file.
+  if (trace::active()) trace::report("detach", {*this}, {out});
+  return out;
 }
 
 // ---- autograd accessors ----

@@ -18,6 +18,7 @@
 #include <tapegrad/framework/autograd/grad_mode.h>
 #include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/framework/error.h>
+#include <tapegrad/framework/generator.h>
 #include <tapegrad/framework/onnx/detail/graph.h>
 #include <tapegrad/framework/ops/shape_ops.h>
 #include <tapegrad/layers/batch_norm_fusion.h>
@@ -194,10 +195,29 @@ std::string build_model(nn::Module& module, const ModuleForward& forward, const 
     if (b.outputs.size() != a.outputs.size()) fail("export_onnx: the forward's output count depends on a dynamic axis");
   }
 
+  // The forward once more on other values of the floating inputs (integer ones, often indices, kept), so that
+  // build_graph can refuse a tensor it would freeze as a constant although it follows the input. A forward that
+  // refuses those values, or runs other ops on them, is not checked this way.
+  Trace c;
+  bool rerun = false;
+  {
+    std::vector<Tensor> inputs_c;
+    Generator generator(0x5eed);
+    for (const Tensor& x : inputs)
+      inputs_c.push_back(is_floating(x.dtype()) ? randn(x.shape(), generator).to(x.dtype()) : x);
+    try {
+      c = run_traced(model, forward, inputs_c);
+      rerun = c.outputs.size() == a.outputs.size();
+    } catch (const Error&) {
+      rerun = false;
+    }
+  }
+
   nn::NamedTensors state = model.named_parameters();
   for (auto& entry : model.named_buffers()) state.push_back(entry);
   Graph graph = detail::build_graph(a.inputs, a.events, a.outputs, any_dynamic ? &b.inputs : nullptr,
-                                    any_dynamic ? &b.events : nullptr, any_dynamic ? &b.outputs : nullptr, state);
+                                    any_dynamic ? &b.events : nullptr, any_dynamic ? &b.outputs : nullptr, state,
+                                    rerun ? &c.events : nullptr, rerun ? &c.outputs : nullptr);
   detail::mark_live(graph);
 
   ::onnx::ModelProto proto;

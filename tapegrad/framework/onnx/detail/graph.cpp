@@ -14,12 +14,28 @@ const void* identity(const Tensor& t) { return t.impl().get(); }
 
 std::string describe(const Shape& shape) { return shape_string(shape); }
 
+// Whether two tensors hold the same values (NaN equal to NaN), compared as float64.
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  if (a.dtype() == DType::Int64) {
+    const Tensor x = a.contiguous(), y = b.contiguous();
+    return a.numel() == 0 || std::memcmp(x.data<std::int64_t>(), y.data<std::int64_t>(),
+                                         static_cast<std::size_t>(a.numel()) * sizeof(std::int64_t)) == 0;
+  }
+  const std::vector<double> x = a.to(DType::Float64).contiguous().to_vector();
+  const std::vector<double> y = b.to(DType::Float64).contiguous().to_vector();
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (x[i] != y[i] && !(x[i] != x[i] && y[i] != y[i])) return false;
+  return true;
+}
+
 }  // namespace
 
 Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Event>& events,
                   const std::vector<Tensor>& outputs, const std::vector<Tensor>* inputs_b,
                   const std::vector<trace::Event>* events_b, const std::vector<Tensor>* outputs_b,
-                  const nn::NamedTensors& named_state) {
+                  const nn::NamedTensors& named_state, const std::vector<trace::Event>* events_c,
+                  const std::vector<Tensor>* outputs_c) {
   Graph graph;
   std::unordered_map<const void*, int> current;  // tensor -> its value now
   std::unordered_map<const void*, int> fixed;    // parameters and constants: one value each
@@ -38,7 +54,8 @@ Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Ev
     return static_cast<int>(graph.values.size()) - 1;
   };
   // The value a tensor read by an op stands for: what an earlier op made, an input, a parameter, or a constant.
-  auto resolve = [&](const Tensor& t, const Tensor* t_b, const std::string& op) -> int {
+  // t_c: the same tensor in the forward on other input values, kept with a constant for mark_live's check.
+  auto resolve = [&](const Tensor& t, const Tensor* t_b, const std::string& op, const Tensor* t_c) -> int {
     if (!t.defined()) return -1;
     if (auto it = current.find(identity(t)); it != current.end()) return it->second;
     if (auto it = fixed.find(identity(t)); it != fixed.end()) return it->second;
@@ -55,6 +72,7 @@ Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Ev
             "a dynamic axis changes): a constant whose shape depends on a dynamic axis cannot be exported; "
             "compute it from the input (e.g. zeros_like) or drop the dynamic axis",
             op, describe(v.shape), describe(v.shape_b));
+      if (t_c) graph.values[static_cast<std::size_t>(id)].tensor_c = *t_c;
     }
     fixed.emplace(identity(t), id);
     return id;
@@ -73,6 +91,10 @@ Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Ev
   for (std::size_t k = 0; k < events.size(); ++k) {
     const trace::Event& e = events[k];
     const trace::Event* eb = events_b ? &(*events_b)[k] : nullptr;
+    const trace::Event* ec = events_c && events_c->size() == events.size() && (*events_c)[k].op == events[k].op &&
+                                     (*events_c)[k].inputs.size() == events[k].inputs.size()
+                                 ? &(*events_c)[k]
+                                 : nullptr;
     if (eb && (eb->op != e.op || eb->inputs.size() != e.inputs.size() || eb->outputs.size() != e.outputs.size()))
       fail(
           "export_onnx: op {} of the forward was '{}', and '{}' when a dynamic axis changed: a graph that depends "
@@ -82,12 +104,14 @@ Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Ev
     node.event = e;
     node.attributes_b = eb ? eb->attributes : e.attributes;
     for (std::size_t i = 0; i < e.inputs.size(); ++i)
-      node.inputs.push_back(resolve(e.inputs[i], eb ? &eb->inputs[i] : nullptr, e.op));
+      node.inputs.push_back(resolve(e.inputs[i], eb ? &eb->inputs[i] : nullptr, e.op, ec ? &ec->inputs[i] : nullptr));
     for (std::size_t a = 0; a < e.attributes.size(); ++a) {
       if (const Tensor* t = std::get_if<Tensor>(&e.attributes[a].value)) {
         const Tensor* tb = nullptr;
         if (eb && a < eb->attributes.size()) tb = std::get_if<Tensor>(&eb->attributes[a].value);
-        node.tensor_attributes[e.attributes[a].name] = resolve(*t, tb, e.op);
+        const Tensor* tc = nullptr;
+        if (ec && a < ec->attributes.size()) tc = std::get_if<Tensor>(&ec->attributes[a].value);
+        node.tensor_attributes[e.attributes[a].name] = resolve(*t, tb, e.op, tc);
       }
     }
     for (std::size_t j = 0; j < e.outputs.size(); ++j) {
@@ -104,7 +128,8 @@ Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Ev
     graph.nodes.push_back(std::move(node));
   }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const int id = resolve(outputs[i], outputs_b ? &(*outputs_b)[i] : nullptr, "the forward's output");
+    const Tensor* tc = outputs_c && outputs_c->size() == outputs.size() ? &(*outputs_c)[i] : nullptr;
+    const int id = resolve(outputs[i], outputs_b ? &(*outputs_b)[i] : nullptr, "the forward's output", tc);
     if (id < 0) fail("export_onnx: output {} of the forward is an undefined tensor", i);
     if (outputs_b) graph.values[static_cast<std::size_t>(id)].shape_b = (*outputs_b)[i].shape();
     graph.outputs.push_back(id);
@@ -114,16 +139,36 @@ Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Ev
 
 void mark_live(Graph& graph) {
   std::vector<bool> needed(graph.values.size(), false);
-  for (int id : graph.outputs) needed[static_cast<std::size_t>(id)] = true;
+  std::vector<std::string> reader(graph.values.size());  // a live op reading each value (the last one met)
+  for (int id : graph.outputs) {
+    needed[static_cast<std::size_t>(id)] = true;
+    reader[static_cast<std::size_t>(id)] = "the forward's output";
+  }
+  auto read = [&](int id, const std::string& op) {
+    if (id < 0) return;
+    needed[static_cast<std::size_t>(id)] = true;
+    reader[static_cast<std::size_t>(id)] = op;
+  };
   for (std::size_t k = graph.nodes.size(); k-- > 0;) {
     Node& node = graph.nodes[k];
     for (int id : node.outputs)
       if (id >= 0 && needed[static_cast<std::size_t>(id)]) node.live = true;
     if (!node.live) continue;
-    for (int id : node.inputs)
-      if (id >= 0) needed[static_cast<std::size_t>(id)] = true;
-    for (const auto& [name, id] : node.tensor_attributes)
-      if (id >= 0) needed[static_cast<std::size_t>(id)] = true;
+    for (int id : node.inputs) read(id, node.event.op);
+    for (const auto& [name, id] : node.tensor_attributes) read(id, node.event.op);
+  }
+  // Note: a tensor no traced op made becomes a constant of the file. An op that never records (argmax, argmin:
+  // no gradient) makes such a tensor from the input, and freezing it would give every input the example's result;
+  // the forward on other input values tells the two apart (a real constant does not change). Only constants the
+  // file uses are checked: the ops inside a composite op read its own intermediates, and are dropped.
+  for (std::size_t id = 0; id < graph.values.size(); ++id) {
+    const Value& v = graph.values[id];
+    if (!needed[id] || v.kind != Value::Kind::Constant || !v.tensor_c.defined() || same_values(v.tensor, v.tensor_c))
+      continue;
+    fail("export_onnx: {} reads a tensor of shape {} that no exportable op made, yet its values change with the "
+         "input's: it comes from an op that does not report to the exporter (argmax, argmin, indices of max/min, "
+         "item()...) and would be frozen into the file as the example's values",
+         reader[id] == "the forward's output" ? reader[id] : fmt::format("op '{}'", reader[id]), describe(v.shape));
   }
 }
 

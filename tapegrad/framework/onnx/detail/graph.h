@@ -27,6 +27,7 @@ struct Value {
   DType dtype = DType::Float32;
   std::string name;   // ONNX name: fixed for inputs, parameters and graph outputs, else given on first use
   int producer = -1;  // node index for Computed
+  Tensor tensor_c;    // a Constant's tensor in the forward on other input values (undefined: not known)
   /// Whether axis d's extent depends on a dynamic axis.
   bool dynamic(std::size_t d) const { return d < shape.size() && d < shape_b.size() && shape[d] != shape_b[d]; }
   bool any_dynamic() const {
@@ -59,9 +60,12 @@ struct Graph {
 Graph build_graph(const std::vector<Tensor>& inputs, const std::vector<trace::Event>& events,
                   const std::vector<Tensor>& outputs, const std::vector<Tensor>* inputs_b,
                   const std::vector<trace::Event>* events_b, const std::vector<Tensor>* outputs_b,
-                  const nn::NamedTensors& named_state);
+                  const nn::NamedTensors& named_state, const std::vector<trace::Event>* events_c = nullptr,
+                  const std::vector<Tensor>* outputs_c = nullptr);
 
-/// Marks the nodes the graph outputs reach (the rest: ops inside ops, dead work).
+/// Marks the nodes the graph outputs reach (the rest: ops inside ops, dead work). Throws when a constant they
+/// read has other values in the forward on other input values (it was computed from the input by an op that
+/// did not report to the tracer).
 void mark_live(Graph& graph);
 
 /// An ONNX node attribute.
