@@ -291,6 +291,11 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
   if (!(end_factor >= 0.0 && end_factor <= 1.0))
     fail("LinearLR: Ending multiplicative factor expected to be between 0 and 1, got {}", python_float(end_factor));
   if (total_iters <= 0) fail("LinearLR: total_iters must be positive, got {}", total_iters);
+  // Note: the chainable form divides by total_iters * start_factor at the first step (PyTorch 1.13 raises
+  // ZeroDivisionError there; later versions refuse 0 at construction). Computed here, it made the lr NaN.
+  if (start_factor == 0.0)
+    fail("LinearLR: Starting multiplicative factor expected to be greater than 0 and less or equal to 1, got 0 (the "
+         "first step would divide by zero)");
   register_state("start_factor", &start_factor_);
   register_state("end_factor", &end_factor_);
   register_state("total_iters", &total_iters_);
