@@ -7,6 +7,7 @@
 using namespace tapegrad;
 using tapegrad::testing::check_export;
 using tapegrad::testing::dims_of;
+using tapegrad::testing::error_of;
 
 namespace {
 
@@ -117,13 +118,20 @@ TEST_CASE("a tensor an untraced op computes from the input is refused, not froze
   // indices, so ONNX Runtime returned them for every input.
   const std::string path = tapegrad::testing::onnx_temp_path("argmax");
   Lambda as_float([](const Tensor& x) { return argmax(x, -1).to(DType::Float32); });
-  const std::string message = tapegrad::testing::error_of([&] {
+  const std::string message = error_of([&] {
     tapegrad::onnx::export_onnx(as_float, {normal_input({2, 3, 4})}, path);
   });
   CHECK_THAT(message, Catch::Contains("op 'to' reads a tensor of shape [2, 3]") && Catch::Contains("argmax"));
   Lambda direct([](const Tensor& x) { return argmax(x, 1); });
-  CHECK_THAT(tapegrad::testing::error_of([&] { tapegrad::onnx::export_onnx(direct, {normal_input({2, 3, 4})}, path); }),
+  CHECK_THAT(error_of([&] { tapegrad::onnx::export_onnx(direct, {normal_input({2, 3, 4})}, path); }),
              Catch::Contains("the forward's output") && Catch::Contains("argmax"));
+  // sign and count_nonzero record nothing either (no gradient to record); both were frozen the same way.
+  Lambda sign_of([](const Tensor& x) { return sign(x); });
+  CHECK_THAT(error_of([&] { tapegrad::onnx::export_onnx(sign_of, {normal_input({2, 3, 4})}, path); }),
+             Catch::Contains("values change with the input's"));
+  Lambda nonzero_count([](const Tensor& x) { return count_nonzero(gt(x, 0.0)).to(DType::Float32); });
+  CHECK_THAT(error_of([&] { tapegrad::onnx::export_onnx(nonzero_count, {normal_input({2, 3, 4})}, path); }),
+             Catch::Contains("op 'to' reads a tensor of shape []"));
   CHECK_FALSE(std::filesystem::exists(path));
   // A constant made from no input is still exported (the same in the rerun on other values).
   Lambda offset([](const Tensor& x) { return add(x, arange(0, 4).to(DType::Float32)); });
