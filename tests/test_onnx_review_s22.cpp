@@ -164,3 +164,14 @@ TEST_CASE("an attention keep-mask given as a graph input is read from the input,
   REQUIRE(got.size() == 1);
   CHECK(tapegrad::testing::compare_outputs(expected, got[0], 1e-5, 1e-6) == "");
 }
+
+TEST_CASE("softplus with a small threshold exports PyTorch's switch to the identity") {
+  // torch.nn.functional.softplus(torch.tensor([-1.0, 0.5, 1.5, 3.0]), beta=2.0, threshold=1.0).tolist()
+  const Tensor x = from_vector(std::vector<float>{-1.0f, 0.5f, 1.5f, 3.0f}, Shape{4});
+  check_values(softplus(x, 2.0, 1.0), {0.06346400082111359, 0.65663081407547, 1.5, 3.0});
+  // ONNX's Softplus has no threshold: the exported graph gave log1p(exp(2 x)) / 2 everywhere (1.5012 for 1.5).
+  Lambda m([](const Tensor& t) { return softplus(t, 2.0, 1.0); });
+  check_export(m, x, dims_of({4}));
+  Lambda plain([](const Tensor& t) { return softplus(t); });
+  check_export(plain, normal_input({3, 5}), dims_of({3, 5}));
+}

@@ -57,19 +57,18 @@ void clip(Context& c) {
 
 void leaky_relu(Context& c) { c.emit("LeakyRelu", {c.input(0)}, {{"alpha", c.f("negative_slope")}}, {c.output()}); }
 
-// Note: PyTorch's threshold only switches to the identity where beta * x > threshold, where log1p(exp(bx)) / b
-// and x differ by less than exp(-threshold) / b (2e-9 at the default 20): ONNX's Softplus has no threshold.
+// Note: PyTorch's softplus is the identity where beta * x > threshold; ONNX's Softplus has no threshold, so a Where
+// switches. At the default threshold 20 the two differ by less than exp(-20) / beta, but a small threshold (1.0)
+// moves the output by up to log(2) / beta.
 void softplus(Context& c) {
   const double beta = c.f("beta");
-  if (beta == 1.0) {
-    c.emit("Softplus", {c.input(0)}, {}, {c.output()});
-    return;
-  }
-  const std::string scaled = c.emit("Mul", {c.input(0), c.scalar(beta, c.dtype())});
-  const std::string soft = c.emit("Softplus", {scaled});
-  c.emit("Div", {soft, c.scalar(beta, c.dtype())}, {}, {c.output()});
+  const std::string x = c.input(0);
+  const std::string scaled = beta == 1.0 ? x : c.emit("Mul", {x, c.scalar(beta, c.dtype())});
+  std::string soft = c.emit("Softplus", {scaled});
+  if (beta != 1.0) soft = c.emit("Div", {soft, c.scalar(beta, c.dtype())});
+  const std::string linear = c.emit("Greater", {scaled, c.scalar(c.f("threshold"), c.dtype())});
+  c.emit("Where", {linear, x, soft}, {}, {c.output()});
 }
-
 // GELU: ONNX has no Gelu before opset 20, so its formula: 0.5 x (1 + erf(x / sqrt 2)), or the tanh form.
 void gelu(Context& c) {
   const DType t = c.dtype();
