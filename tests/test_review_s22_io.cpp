@@ -4,9 +4,12 @@
 
 #include <cmath>
 
+#include <tapegrad/framework/serialize/detail/foreign.h>  // white-box: links zlib, which foreign_files.h uses
+#include <tapegrad/framework/serialize/interop.h>
 #include <tapegrad/tapegrad.h>
 
 #include "support/error_of.h"
+#include "support/foreign_files.h"
 
 using namespace tapegrad;
 using tapegrad::testing::error_of;
@@ -25,4 +28,18 @@ TEST_CASE("LinearLR with start_factor 0 is refused at construction instead of ma
   warm_up.step();
   CHECK(sgd.param_groups()[0].lr() == Approx(0.05));
   CHECK(std::isfinite(sgd.param_groups()[0].lr()));
+}
+
+TEST_CASE("a torch.save file whose byteorder record says 'big' is refused, not read as little-endian") {
+  // PyTorch >= 2.1 writes archive/byteorder (sys.byteorder of the saving machine) and swaps a big-endian file's
+  // storages when loading; tapegrad read every storage as little-endian, so such a file loaded byte-swapped values.
+  using namespace tapegrad::testing::foreign_files;
+  const std::string big = small_model_pt({stored_entry("byteorder", "big")});
+  CHECK_THAT(error_of([&] { read_pytorch(big, "big.pt"); }),
+             Catch::Contains("big.pt") && Catch::Contains("big-endian"));
+  CHECK_THAT(error_of([&] { read_pytorch(small_model_pt({stored_entry("byteorder", "middle")}), "odd.pt"); }),
+             Catch::Contains("byteorder record 'middle'"));
+  // "little" (what a little-endian PyTorch 2.x machine writes) and no record (1.x) read as before.
+  CHECK(read_pytorch(small_model_pt({stored_entry("byteorder", "little")}), "little.pt").size() == 7);
+  CHECK(read_pytorch(small_model_pt(), "plain.pt").size() == 7);
 }

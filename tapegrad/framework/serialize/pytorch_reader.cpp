@@ -58,6 +58,19 @@ void check_version(const ZipArchive& zip, const std::string& prefix, const std::
   }
 }
 
+// Note: PyTorch >= 2.1 writes <name>/byteorder ("little" or "big", the saving machine's) and byte-swaps a big-endian
+// file's storages on loading. tapegrad reads storages as little-endian, so a big-endian file would load as garbage.
+void check_byteorder(const ZipArchive& zip, const std::string& prefix, const std::string& source) {
+  if (!zip.contains(prefix + "byteorder")) return;  // older files: little-endian
+  const std::string text = zip.read_small(zip.entry(prefix + "byteorder"), kMaxVersionBytes, "the byteorder record");
+  if (text == "little") return;
+  if (text == "big")
+    fail("{}: the file was saved on a big-endian machine (byteorder record 'big'); tapegrad reads little-endian "
+         "storages only: re-save it on a little-endian machine",
+         source);
+  fail("{}: the byteorder record '{}' is neither 'little' nor 'big'", source, detail::printable(text));
+}
+
 // One state dict entry: its key and the view it is, checked against its storage.
 struct View {
   std::string key;
@@ -101,6 +114,7 @@ class PyTorchFile {
   PyTorchFile(std::unique_ptr<ZipArchive> zip, const std::string& source) : zip_(std::move(zip)), source_(source) {
     prefix_ = record_prefix(*zip_, source);
     check_version(*zip_, prefix_, source);
+    check_byteorder(*zip_, prefix_, source);
     pickled_ = pickle::unpickle(zip_->read_small(zip_->entry(prefix_ + "data.pkl"), kMaxPickleBytes, "data.pkl"),
                                 source);
     const pickle::Object& root = *pickled_.root;
