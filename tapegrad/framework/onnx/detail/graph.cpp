@@ -166,8 +166,9 @@ void mark_live(Graph& graph) {
     if (!needed[id] || v.kind != Value::Kind::Constant || !v.tensor_c.defined() || same_values(v.tensor, v.tensor_c))
       continue;
     fail("export_onnx: {} reads a tensor of shape {} that no exportable op made, yet its values change with the "
-         "input's: it comes from an op that does not report to the exporter (argmax, argmin, indices of max/min, "
-         "item()...) and would be frozen into the file as the example's values",
+         "input's: it comes from an op that does not report to the exporter (argmax, argmin, sign, count_nonzero, "
+         "item()...), or it was made from no input and then written in place from the input, and would be frozen "
+         "into the file as the example's values",
          reader[id] == "the forward's output" ? reader[id] : fmt::format("op '{}'", reader[id]), describe(v.shape));
   }
 }
