@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/detail/dispatch.h>
 #include <tapegrad/framework/detail/memory_format.h>
@@ -256,21 +255,8 @@ std::vector<double> Tensor::to_vector() const {
   return values;
 }
 
-Tensor Tensor::detach() const {
-  check_defined("detach");
-  auto impl = std::make_shared<TensorImpl>(*impl_);
-  impl->autograd = nullptr;
-  impl->is_buffer = false;
-  impl->base.reset();  // as in PyTorch, writing through a detached handle is allowed
-  impl->tracked_base.reset();
-  impl->untracked_view = false;
-  impl->history = 0;
-  Tensor out(impl);
-  // Note: the ONNX exporter must see that the result is its input's values (an Identity), or it takes it for a
-  // constant made during the forward and freezes the example's values into the file.
-  if (trace::active()) trace::report("detach", {*this}, {out});
-  return out;
-}
+// Note: Tensor::detach() is defined in ops/tensor_methods.cpp: it reports to the ONNX exporter's tracer (autograd
+// level), which this file sits below.
 
 // ---- autograd accessors ----
 // Note: requires_grad() is defined in ops/inplace.cpp: reading a view whose base's history was rewritten by an

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <tapegrad/framework/autograd/function.h>
+#include <tapegrad/framework/autograd/trace.h>
 #include <tapegrad/framework/bfloat16.h>
 #include <tapegrad/framework/checked_arithmetic.h>
 #include <tapegrad/framework/detail/dispatch.h>
@@ -14,6 +15,24 @@
 #include <tapegrad/framework/tensor.h>
 
 namespace tapegrad {
+
+// ---- detach (not recorded; reported to the exporter's tracer) ----
+
+Tensor Tensor::detach() const {
+  check_defined("detach");
+  auto impl = std::make_shared<TensorImpl>(*impl_);
+  impl->autograd = nullptr;
+  impl->is_buffer = false;
+  impl->base.reset();  // as in PyTorch, writing through a detached handle is allowed
+  impl->tracked_base.reset();
+  impl->untracked_view = false;
+  impl->history = 0;
+  Tensor out(impl);
+  // Note: the ONNX exporter must see that the result is its input's values (an Identity), or it takes it for a
+  // constant made during the forward and freezes the example's values into the file.
+  if (trace::active()) trace::report("detach", {*this}, {out});
+  return out;
+}
 
 // ---- conversions and views (recorded) ----
 
