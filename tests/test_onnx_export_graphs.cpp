@@ -10,6 +10,7 @@ using namespace tapegrad;
 using tapegrad::testing::check_export;
 using tapegrad::testing::check_onnx_file;
 using tapegrad::testing::dims_of;
+using tapegrad::testing::Lambda;
 using tapegrad::testing::error_of;
 using tapegrad::testing::onnx_temp_path;
 using tapegrad::testing::randomize_statistics;
@@ -20,15 +21,6 @@ Tensor input_of(const Shape& shape, std::uint64_t seed = 1) {
   Generator generator(seed);
   return randn(shape, generator);
 }
-
-class Lambda : public nn::Module {
- public:
-  explicit Lambda(std::function<Tensor(const Tensor&)> f) : Module("Lambda"), f_(std::move(f)) {}
-  Tensor forward(const Tensor& input) override { return f_(input); }
-
- private:
-  std::function<Tensor(const Tensor&)> f_;
-};
 
 // A model whose forward calls its children itself, as most user models do.
 class Net : public nn::Module {

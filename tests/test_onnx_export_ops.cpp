@@ -6,6 +6,7 @@
 using namespace tapegrad;
 using tapegrad::testing::check_export;
 using tapegrad::testing::dims_of;
+using tapegrad::testing::Lambda;
 using tapegrad::testing::randomize_statistics;
 
 namespace {
@@ -14,16 +15,6 @@ Tensor input_of(const Shape& shape, std::uint64_t seed = 1) {
   Generator generator(seed);
   return randn(shape, generator);
 }
-
-// A module whose forward is a function: the ops a user's own forward would call.
-class Lambda : public nn::Module {
- public:
-  explicit Lambda(std::function<Tensor(const Tensor&)> f) : Module("Lambda"), f_(std::move(f)) {}
-  Tensor forward(const Tensor& input) override { return f_(input); }
-
- private:
-  std::function<Tensor(const Tensor&)> f_;
-};
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 using namespace tapegrad;
 using tapegrad::testing::check_export;
 using tapegrad::testing::dims_of;
+using tapegrad::testing::Lambda;
 using tapegrad::testing::error_of;
 
 namespace {
@@ -68,15 +69,6 @@ TEST_CASE("pools whose last ceil_mode window starts in the padding export with P
 }
 
 namespace {
-
-class Lambda : public nn::Module {
- public:
-  explicit Lambda(std::function<Tensor(const Tensor&)> f) : Module("Lambda"), f_(std::move(f)) {}
-  Tensor forward(const Tensor& input) override { return f_(input); }
-
- private:
-  std::function<Tensor(const Tensor&)> f_;
-};
 
 Tensor normal_input(const Shape& shape) {
   Generator generator(5);

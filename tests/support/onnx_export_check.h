@@ -7,6 +7,7 @@
 #include <cctype>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -21,6 +22,16 @@
 #include "support/onnx_runtime.h"
 
 namespace tapegrad::testing {
+
+/// A module whose forward is a function: the ops a user's own forward would call (its name in messages: "Lambda").
+class Lambda : public nn::Module {
+ public:
+  explicit Lambda(std::function<Tensor(const Tensor&)> f) : Module("Lambda"), f_(std::move(f)) {}
+  Tensor forward(const Tensor& input) override { return f_(input); }
+
+ private:
+  std::function<Tensor(const Tensor&)> f_;
+};
 
 /// A fresh path under the temporary directory for one model of this process.
 inline std::string onnx_temp_path(const std::string& stem) {
