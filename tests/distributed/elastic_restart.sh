@@ -96,18 +96,22 @@ interval_ms=$(( ($(event_time straight.log $(( total / every * every )) last) - 
 next_checkpoint=$(( last_checkpoint + every > total ? total : last_checkpoint + every ))
 kill_time=$(grep -m1 "SIGKILLs itself" killed.log | sed -E 's/.* at ([0-9]+).*/\1/')
 redone_ms=$(( kill_time - $(event_time killed.log $last_checkpoint first) ))
-restart_ms=$(( $(event_time killed.log $next_checkpoint last) - kill_time -
-               ($(event_time straight.log $next_checkpoint last) - $(event_time straight.log $last_checkpoint last)) ))
+# The straight run's time for the checkpoint interval the kill fell in (the same steps; for a kill before the first
+# checkpoint, its start-up and first steps too, which the killed run's first attempt also paid).
+segment_ms=$(( $(event_time straight.log $next_checkpoint last) - $(event_time straight.log $last_checkpoint last) ))
+restart_ms=$(( $(event_time killed.log $next_checkpoint last) - kill_time - segment_ms ))
 lost_ms=$(( killed_ms - straight_ms ))
 echo "time lost: ${lost_ms} ms (killed run ${killed_ms} ms - straight run ${straight_ms} ms, from the first start to" \
      "the end; wall times with the launcher $(cat killed.ms) and $(cat straight.ms) ms); its parts: work redone" \
      "${redone_ms} ms (checkpoint at step ${last_checkpoint} -> kill) + restart ${restart_ms} ms = $(( redone_ms + restart_ms ))" \
      "ms; bound: checkpoint interval ${interval_ms} ms (${every} steps) + restart ${restart_ms} ms =" \
      "$(( interval_ms + restart_ms )) ms; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-# Note: run times on a shared machine are noisy, so the checks are on the parts: the work redone is what the
-# checkpoint interval bounds.
-check "the work redone (${redone_ms} ms) is at most the checkpoint interval (${interval_ms} ms), with 1 s for noise" \
-  test "$redone_ms" -le $(( interval_ms + 1000 ))
+# Note: run times on a shared machine are noisy, so the checks are on the parts: the work redone is bounded by the
+# time the straight run took for the same checkpoint interval (steps last_checkpoint .. next_checkpoint). Not by
+# the mean interval: a kill before the first checkpoint redoes the start-up and the slow first steps, which the
+# mean interval leaves out (a sanitized run at load ~3 redid 1233 ms against a 223-ms mean interval).
+check "the work redone (${redone_ms} ms) is at most the straight run's time for that interval (${segment_ms} ms), with 1 s for noise" \
+  test "$redone_ms" -le $(( segment_ms + 1000 ))
 
 check "the run restarted on 1 rank succeeds" \
   run shrunk --max-restarts 1 --restart-nproc 1 -- --kill-rank $kill_rank --kill-step $kill_step --compare ../straight/final.ckpt
