@@ -157,6 +157,11 @@ void hostile_pytorch_seeds(const fs::path& dir) {
   write_seed(dir / "big-record.pt", ff::small_model_pt({ff::deflated_entry("data/1", ff::deflate_repeated(zeros, 8))}));
   write_seed(dir / "big-version.pt",
              ff::small_model_pt({ff::deflated_entry("version", ff::deflate_parts({{"3", 1}, {zeros, 8}}))}));
+  // the byteorder record PyTorch >= 2.1 writes: little (read), big (refused), and 8 MiB behind it (bounded read)
+  write_seed(dir / "byteorder-little.pt", ff::small_model_pt({ff::stored_entry("byteorder", "little")}));
+  write_seed(dir / "byteorder-big.pt", ff::small_model_pt({ff::stored_entry("byteorder", "big")}));
+  write_seed(dir / "big-byteorder.pt",
+             ff::small_model_pt({ff::deflated_entry("byteorder", ff::deflate_parts({{"little", 1}, {zeros, 8}}))}));
   {  // lying sizes: 1032 times the deflated size; all-ones sizes; a duplicate name
     std::string noise(30'000, '\0');
     for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>((i * 2654435761u) >> 13);

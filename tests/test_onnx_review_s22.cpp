@@ -68,6 +68,18 @@ TEST_CASE("pools whose last ceil_mode window starts in the padding export with P
   }
 }
 
+TEST_CASE("a ceil_mode pool that would need the slice on a dynamic spatial axis is refused, naming the op") {
+  // The slice's end is the example's extent; on a dynamic axis it would be wrong for every other size.
+  nn::MaxPool2d pool(nn::MaxPool2dOptions{2}.with_stride(2).with_padding(1).with_ceil_mode(true));
+  tapegrad::onnx::ExportOptions options;
+  options.dynamic_axes = {{"input", {3}}};
+  const std::string error =
+      error_of([&] { tapegrad::onnx::export_onnx(pool, {plane(5)}, tapegrad::testing::onnx_temp_path("ceil"), options); });
+  CHECK_THAT(error, Catch::Contains("export_onnx: op 'max_pool2d'") &&
+                        Catch::Contains("ceil_mode output extent 3 (ONNX's formula gives 4)") &&
+                        Catch::Contains("dynamic"));
+}
+
 namespace {
 
 Tensor normal_input(const Shape& shape) {

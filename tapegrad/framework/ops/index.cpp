@@ -272,7 +272,6 @@ void put_in_place(const Tensor& x, const std::vector<TensorIndex>& indices, cons
   bump_version(x);
 }
 
-
 // The index list with private copies of its tensors, for a backward: it reads the indices again, and the
 // caller's index tensors may be written in place before it runs (a reused index buffer), which silently moved
 // the gradients; PyTorch refuses that backward, a copy keeps the indices the op used.

@@ -1,6 +1,6 @@
 // Tensor's methods that compute: the differentiable conversions (to, clone, reshape), each forward with its
-// backward below it (the in-place updates are in ops/inplace_ops.cpp). Defined here, among the ops, because
-// they use the tape and grad mode; tensor.cpp (the handle itself) sits below both.
+// backward below it (the in-place updates are in ops/inplace_ops.cpp), and detach(). Defined here, among the ops,
+// because they use the tape, grad mode or the exporter's tracer; tensor.cpp (the handle itself) sits below them.
 #include <cstring>
 
 #include <tapegrad/framework/autograd/function.h>
